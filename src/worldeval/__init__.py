@@ -1,0 +1,3 @@
+"""worldeval: evaluation toolkit for generative world models (OPIS and WorldCast)."""
+
+__version__ = "0.1.0"
