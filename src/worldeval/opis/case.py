@@ -1,0 +1,379 @@
+"""OPIS cases (SPEC section 2): the fixed, input-grounded reference of one rollout.
+
+A case folder holds `case.json`, the input image I0, optional instance mask PNGs
+and an optional `geometry.npz`. Loading validates everything a later step relies
+on, so perception code can trust a `Case` without re-checking it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+KINEMATICS = ("rigid", "articulated", "deformable")
+TRACKS = ("static", "dynamic")
+# bbox may disagree with the mask's tight box by this much (pixels, or share of the box side)
+BBOX_TOLERANCE_PX = 3.0
+BBOX_TOLERANCE_FRAC = 0.05
+
+
+class CaseError(Exception):
+    """A case that cannot be used. Names the file and the field at fault."""
+
+    def __init__(self, file: str | Path, field: str, message: str):
+        self.file = str(file)
+        self.field = field
+        self.reason = message
+        super().__init__(f"{self.file}: {field}: {message}")
+
+
+class Claim(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    family: str
+    text: str
+
+
+class Instance(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    id: str
+    category: str
+    mask: dict[str, Any] | None = None
+    mask_png: str | None = None
+    bbox: list[float] | None = None
+    kinematics: Literal["rigid", "articulated", "deformable"]
+    track: Literal["static", "dynamic"]
+    attributes: dict[str, str] = Field(default_factory=dict)
+    claims: list[Claim] = Field(default_factory=list)
+
+    @field_validator("id", "category")
+    @classmethod
+    def _non_empty(cls, v: str) -> str:
+        if not v or not v.strip():
+            raise ValueError("must be a non-empty string")
+        return v
+
+
+class CameraKeyframe(BaseModel):
+    """Camera pose at time `t` relative to the input view.
+
+    Angles in degrees: yaw turns the camera right, pitch turns it up, roll turns
+    it clockwise. `translation` is the camera centre's motion in reference
+    camera coordinates (x right, y down, z forward), in the depth map's units.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    t: float
+    yaw_deg: float = 0.0
+    pitch_deg: float = 0.0
+    roll_deg: float = 0.0
+    translation: list[float] = Field(default_factory=lambda: [0.0, 0.0, 0.0])
+
+
+class CameraTask(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    description: str = ""
+    duration_s: float = 10.0
+    fps: float = 24.0
+    keyframes: list[CameraKeyframe] = Field(default_factory=lambda: [CameraKeyframe(t=0.0)])
+
+    def pose_at(self, t: float) -> CameraKeyframe:
+        """Piecewise-linear interpolation of the keyframes (held constant outside them)."""
+        kfs = sorted(self.keyframes, key=lambda k: k.t)
+        if t <= kfs[0].t:
+            return kfs[0]
+        if t >= kfs[-1].t:
+            return kfs[-1]
+        for a, b in zip(kfs, kfs[1:]):
+            if a.t <= t <= b.t:
+                u = 0.0 if b.t == a.t else (t - a.t) / (b.t - a.t)
+                lerp = lambda x, y: x + u * (y - x)  # noqa: E731
+                return CameraKeyframe(
+                    t=t,
+                    yaw_deg=lerp(a.yaw_deg, b.yaw_deg),
+                    pitch_deg=lerp(a.pitch_deg, b.pitch_deg),
+                    roll_deg=lerp(a.roll_deg, b.roll_deg),
+                    translation=[lerp(x, y) for x, y in zip(a.translation, b.translation)],
+                )
+        return kfs[-1]
+
+
+def rotation_from_angles(yaw_deg: float, pitch_deg: float, roll_deg: float) -> np.ndarray:
+    """World-to-camera rotation R_t of a camera turned by (yaw, pitch, roll) from the reference.
+
+    A reference-camera point X maps to R_t @ (X - C_t) in the new camera.
+    """
+    y, p, r = (math.radians(v) for v in (yaw_deg, pitch_deg, roll_deg))
+    # Camera turning right by yaw = points rotate left in camera coords: rotation about y by -yaw.
+    Ry = np.array([[math.cos(y), 0, -math.sin(y)], [0, 1, 0], [math.sin(y), 0, math.cos(y)]])
+    # Camera tilting up = points move down (y grows downward): rotation about x.
+    Rx = np.array([[1, 0, 0], [0, math.cos(p), -math.sin(p)], [0, math.sin(p), math.cos(p)]])
+    Rz = np.array([[math.cos(r), math.sin(r), 0], [-math.sin(r), math.cos(r), 0], [0, 0, 1]])
+    return Rz @ Rx @ Ry
+
+
+class CaseSpec(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    id: str
+    domain: str
+    subcategory: str
+    image: str
+    instruction: str = ""
+    camera_task: CameraTask | dict[str, Any] | None = None
+    instances: list[Instance]
+
+    def camera(self) -> CameraTask:
+        if isinstance(self.camera_task, CameraTask):
+            return self.camera_task
+        if isinstance(self.camera_task, dict):
+            return CameraTask.model_validate(self.camera_task)
+        return CameraTask()
+
+
+@dataclass
+class Geometry:
+    depth: np.ndarray  # (H, W) float32
+    K: np.ndarray  # (3, 3) float64
+    valid: np.ndarray  # (H, W) bool
+
+    def save(self, path: Path) -> None:
+        np.savez_compressed(path, depth=self.depth.astype(np.float32), K=self.K.astype(np.float64), valid=self.valid)
+
+
+def default_intrinsics(height: int, width: int, hfov_deg: float = 60.0) -> np.ndarray:
+    """Pinhole intrinsics for an image with no calibration: a 60 degree horizontal field of view."""
+    f = 0.5 * width / math.tan(math.radians(hfov_deg) / 2)
+    return np.array([[f, 0, (width - 1) / 2], [0, f, (height - 1) / 2], [0, 0, 1]], dtype=np.float64)
+
+
+@dataclass
+class Case:
+    spec: CaseSpec
+    root: Path
+    image: np.ndarray  # H x W x 3 uint8 RGB (I0)
+    masks: dict[str, np.ndarray]  # instance id -> H x W bool
+    geometry: Geometry | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    @property
+    def instances(self) -> list[Instance]:
+        return self.spec.instances
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.image.shape[0], self.image.shape[1]
+
+    def intrinsics(self) -> np.ndarray:
+        if self.geometry is not None:
+            return self.geometry.K
+        return default_intrinsics(*self.shape)
+
+
+def _inside(root: Path, rel: str, file: Path, fieldname: str) -> Path:
+    p = Path(rel)
+    if p.is_absolute() or ".." in p.parts:
+        raise CaseError(file, fieldname, f"path {rel!r} must be relative and stay inside the case folder")
+    full = (root / p).resolve()
+    if root.resolve() not in full.parents and full != root.resolve():
+        raise CaseError(file, fieldname, f"path {rel!r} leaves the case folder")
+    return full
+
+
+def mask_bbox(mask: np.ndarray) -> list[float] | None:
+    ys, xs = np.nonzero(mask)
+    if len(xs) == 0:
+        return None
+    return [float(xs.min()), float(ys.min()), float(xs.max() - xs.min() + 1), float(ys.max() - ys.min() + 1)]
+
+
+def encode_rle(mask: np.ndarray) -> dict[str, Any]:
+    from pycocotools import mask as mask_utils
+
+    rle = mask_utils.encode(np.asfortranarray(mask.astype(np.uint8)))
+    return {"size": [int(v) for v in rle["size"]], "counts": rle["counts"].decode("ascii")}
+
+
+def decode_rle(rle: dict[str, Any]) -> np.ndarray:
+    from pycocotools import mask as mask_utils
+
+    r = dict(rle)
+    if isinstance(r.get("counts"), list):
+        h, w = r["size"]
+        r = mask_utils.frPyObjects(r, h, w)
+    elif isinstance(r.get("counts"), str):
+        r["counts"] = r["counts"].encode("ascii")
+    return mask_utils.decode(r).astype(bool)
+
+
+def load_case(case_dir: str | Path, with_geometry: bool = True) -> Case:
+    """Load and validate one case folder; raises CaseError naming file and field."""
+    from PIL import Image
+
+    root = Path(case_dir)
+    cj = root / "case.json"
+    if not cj.exists():
+        raise CaseError(cj, "case.json", "file not found")
+    try:
+        raw = json.loads(cj.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise CaseError(cj, "case.json", f"invalid JSON: {exc}") from exc
+    try:
+        spec = CaseSpec.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        raise CaseError(cj, loc or "case.json", err["msg"]) from exc
+    if isinstance(spec.camera_task, dict):
+        try:
+            spec.camera_task = CameraTask.model_validate(spec.camera_task)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            raise CaseError(cj, "camera_task." + ".".join(str(x) for x in err["loc"]), err["msg"]) from exc
+
+    img_path = _inside(root, spec.image, cj, "image")
+    if not img_path.exists():
+        raise CaseError(cj, "image", f"{spec.image} not found")
+    try:
+        with Image.open(img_path) as im:
+            image = np.asarray(im.convert("RGB"))
+    except Exception as exc:
+        raise CaseError(img_path, "image", f"cannot read image: {exc}") from exc
+    H, W = image.shape[:2]
+
+    seen: set[str] = set()
+    masks: dict[str, np.ndarray] = {}
+    for k, inst in enumerate(spec.instances):
+        where = f"instances[{k}]"
+        if inst.id in seen:
+            raise CaseError(cj, f"{where}.id", f"duplicate instance id {inst.id!r}")
+        seen.add(inst.id)
+        if inst.mask is not None:
+            size = inst.mask.get("size")
+            if not (isinstance(size, list) and len(size) == 2):
+                raise CaseError(cj, f"{where}.mask.size", "must be [H, W]")
+            if list(size) != [H, W]:
+                raise CaseError(cj, f"{where}.mask.size", f"mask is {size[0]}x{size[1]} but the image is {H}x{W}")
+            try:
+                m = decode_rle(inst.mask)
+            except Exception as exc:
+                raise CaseError(cj, f"{where}.mask.counts", f"not a valid COCO RLE: {exc}") from exc
+        elif inst.mask_png is not None:
+            mp = _inside(root, inst.mask_png, cj, f"{where}.mask_png")
+            if not mp.exists():
+                raise CaseError(cj, f"{where}.mask_png", f"{inst.mask_png} not found")
+            try:
+                with Image.open(mp) as im:
+                    m = np.asarray(im.convert("L")) > 127
+            except Exception as exc:
+                raise CaseError(mp, f"{where}.mask_png", f"cannot read mask: {exc}") from exc
+            if m.shape != (H, W):
+                raise CaseError(mp, f"{where}.mask_png", f"mask is {m.shape[0]}x{m.shape[1]} but the image is {H}x{W}")
+        else:
+            raise CaseError(cj, f"{where}.mask", "instance needs 'mask' (COCO RLE) or 'mask_png'")
+        if not m.any():
+            raise CaseError(cj, f"{where}.mask", "mask is empty")
+        tight = mask_bbox(m)
+        if inst.bbox is None:
+            inst.bbox = tight
+        else:
+            if len(inst.bbox) != 4 or any(not math.isfinite(v) for v in inst.bbox):
+                raise CaseError(cj, f"{where}.bbox", "must be 4 finite numbers [x, y, w, h]")
+            for name, a, b, side in zip(("x", "y", "w", "h"), inst.bbox, tight, (tight[2], tight[3]) * 2):
+                if abs(a - b) > max(BBOX_TOLERANCE_PX, BBOX_TOLERANCE_FRAC * side):
+                    raise CaseError(
+                        cj, f"{where}.bbox", f"{name}={a:g} disagrees with the mask's box {tight} (instance {inst.id})"
+                    )
+        masks[inst.id] = m
+
+    geometry = None
+    gpath = root / "geometry.npz"
+    if with_geometry and gpath.exists():
+        geometry = _load_geometry(gpath, H, W)
+    return Case(spec=spec, root=root, image=image, masks=masks, geometry=geometry)
+
+
+def _load_geometry(gpath: Path, H: int, W: int) -> Geometry:
+    try:
+        data = np.load(gpath, allow_pickle=False)
+    except Exception as exc:
+        raise CaseError(gpath, "geometry.npz", f"cannot read: {exc}") from exc
+    for key in ("depth", "K"):
+        if key not in data:
+            raise CaseError(gpath, key, "missing array")
+    depth = np.asarray(data["depth"], dtype=np.float32)
+    K = np.asarray(data["K"], dtype=np.float64)
+    valid = np.asarray(data["valid"], dtype=bool) if "valid" in data else np.isfinite(depth) & (depth > 0)
+    if depth.shape != (H, W):
+        raise CaseError(gpath, "depth", f"shape {depth.shape} does not match the image {H}x{W}")
+    if valid.shape != (H, W):
+        raise CaseError(gpath, "valid", f"shape {valid.shape} does not match the image {H}x{W}")
+    if K.shape != (3, 3) or not np.all(np.isfinite(K)):
+        raise CaseError(gpath, "K", "must be a finite 3x3 matrix")
+    if K[0, 0] <= 0 or K[1, 1] <= 0:
+        raise CaseError(gpath, "K", "focal lengths must be positive")
+    bad = valid & ~(np.isfinite(depth) & (depth > 0))
+    if bad.any():
+        n = int(bad.sum())
+        raise CaseError(gpath, "depth", f"{n} pixels marked valid hold NaN, inf or non-positive depth")
+    return Geometry(depth=depth, K=K, valid=valid)
+
+
+def iter_case_dirs(dataset: str | Path) -> list[Path]:
+    """Case folders of a dataset, in dataset.json order when present, else sorted sub-folders with case.json."""
+    root = Path(dataset)
+    if not root.is_dir():
+        raise CaseError(root, "dataset", "not a directory")
+    dj = root / "dataset.json"
+    if dj.exists():
+        try:
+            meta = json.loads(dj.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise CaseError(dj, "dataset.json", f"invalid JSON: {exc}") from exc
+        cases = meta.get("cases")
+        if not isinstance(cases, list):
+            raise CaseError(dj, "cases", "must be a list of case ids")
+        out = []
+        for cid in cases:
+            if not isinstance(cid, str) or "/" in cid or cid in ("", ".", ".."):
+                raise CaseError(dj, "cases", f"invalid case id {cid!r}")
+            out.append(root / cid)
+        return out
+    return sorted(p.parent for p in root.glob("*/case.json"))
+
+
+def write_case(
+    case_dir: str | Path,
+    spec: dict[str, Any] | CaseSpec,
+    image: np.ndarray,
+    masks: dict[str, np.ndarray],
+    geometry: Geometry | None = None,
+    image_name: str = "input.png",
+) -> Path:
+    """Write a case folder (masks as COCO RLE, bbox from the mask). Returns the case.json path."""
+    from PIL import Image
+
+    from worldeval.runs import atomic_write_json
+
+    root = Path(case_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    data = spec.model_dump(mode="json", exclude_none=True) if isinstance(spec, CaseSpec) else json.loads(json.dumps(spec))
+    data["image"] = image_name
+    Image.fromarray(np.asarray(image, dtype=np.uint8)).save(root / image_name)
+    for inst in data["instances"]:
+        m = masks[inst["id"]]
+        inst.pop("mask_png", None)
+        inst["mask"] = encode_rle(m)
+        inst["bbox"] = mask_bbox(m)
+    if geometry is not None:
+        geometry.save(root / "geometry.npz")
+    CaseSpec.model_validate(data)  # fail here, not at load time
+    return atomic_write_json(root / "case.json", data)
