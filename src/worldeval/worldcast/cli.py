@@ -1,9 +1,226 @@
-"""Command registration (placeholder until its owner fills it in)."""
+"""`worldeval worldcast ...` commands: judge, score, agreement, judges, repeats, prompts, keyframes, samples."""
 
 from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import List, Optional
 
 import typer
 
 
+def _fail(msg: str) -> None:
+    typer.echo(f"error: {msg}", err=True)
+    raise typer.Exit(2)
+
+
+def _default_cache() -> Path:
+    root = os.environ.get("WORLDEVAL_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "worldeval")
+    return Path(root) / "judge_cache.sqlite"
+
+
+def _make_client(base_url, judge_model, api_key, concurrency, timeout, max_attempts, seed, json_mode, cache, no_cache,
+                 backoff, image_max_side):
+    from worldeval.judge import JudgeCache, JudgeClient, JudgeConfig
+
+    try:
+        cfg = JudgeConfig.resolve(
+            base_url=base_url, model=judge_model, api_key=api_key, concurrency=concurrency, timeout_s=timeout,
+            max_attempts=max_attempts, seed=seed, json_mode=json_mode, backoff_base_s=backoff,
+            image_max_side=image_max_side or None,
+        )
+    except ValueError as exc:
+        _fail(str(exc))
+    jc = None if no_cache else JudgeCache(cache or _default_cache())
+    return JudgeClient(cfg, jc)
+
+
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to `app`."""
+    @app.command("judge")
+    def judge_cmd(
+        dataset: Path = typer.Option(..., "--dataset", help="WorldCast dataset folder (holds cases.jsonl)."),
+        outputs: Path = typer.Option(..., "--outputs", help="Folder with one sub-folder of outputs per case id."),
+        model: str = typer.Option(..., "--model", help="Name of the evaluated generator (recorded with every judgment)."),
+        out: Path = typer.Option(..., "--out", help="Run folder; rerunning on it resumes."),
+        base_url: Optional[str] = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint (or OPENAI_BASE_URL)."),
+        judge_model: Optional[str] = typer.Option(None, "--judge-model", help="Judge model (or WORLDEVAL_JUDGE_MODEL)."),
+        api_key: Optional[str] = typer.Option(None, "--api-key", help="API key (or OPENAI_API_KEY); never written anywhere."),
+        concurrency: int = typer.Option(4, "--concurrency", min=1, help="Parallel judge requests."),
+        timeout: float = typer.Option(180.0, "--timeout", help="Seconds per request before it counts as a timeout."),
+        max_attempts: int = typer.Option(5, "--max-attempts", min=1, help="Attempts per item (retries on 429/5xx/timeouts/unparseable)."),
+        backoff: float = typer.Option(1.0, "--backoff", help="First retry delay in seconds (doubles, with jitter)."),
+        seed: int = typer.Option(0, "--seed", help="Sampling seed sent to servers that take one."),
+        json_mode: bool = typer.Option(True, "--json-mode/--no-json-mode", help="Ask for a JSON response format."),
+        image_max_side: int = typer.Option(1024, "--image-max-side", help="Downscale larger images before sending (0: never)."),
+        cache: Optional[Path] = typer.Option(None, "--cache", help="SQLite answer cache (default ~/.cache/worldeval/judge_cache.sqlite)."),
+        no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the answer cache."),
+        step_accuracy: bool = typer.Option(False, "--step-accuracy", help="Also judge each step on its own (designated-step accuracy)."),
+        keyframes: str = typer.Option("changepoint", "--keyframes", help="Video keyframe selector: changepoint (no model) or agentic (asks the judge endpoint)."),
+        keyframe_samples: int = typer.Option(16, "--keyframe-samples", help="Frames shown to the agentic selector."),
+        case: List[str] = typer.Option([], "--case", help="Judge only these case ids (repeatable)."),
+        quiet: bool = typer.Option(False, "--quiet", "-q"),
+    ) -> None:
+        """Judge one model's outputs with a multimodal LLM and write judgments.jsonl + manifest.json."""
+        from worldeval.worldcast.cases import CaseError
+        from worldeval.worldcast.judging import run_judge
+        from worldeval.worldcast.keyframes import AgenticSelector, ChangePointSelector
+
+        client = _make_client(base_url, judge_model, api_key, concurrency, timeout, max_attempts, seed, json_mode,
+                              cache, no_cache, backoff, image_max_side)
+        if keyframes == "changepoint":
+            selector = ChangePointSelector()
+        elif keyframes == "agentic":
+            selector = AgenticSelector(client, n_samples=keyframe_samples)
+        else:
+            _fail(f"--keyframes must be changepoint or agentic, not {keyframes!r}")
+        try:
+            res = run_judge(dataset, outputs, model, out, client, step_accuracy=step_accuracy,
+                            keyframe_selector=selector, case_ids=list(case) or None,
+                            progress=None if quiet else (lambda s: typer.echo(s, err=True)),
+                            extra_config={"cache": None if no_cache else str(cache or _default_cache())})
+        except CaseError as exc:
+            _fail(str(exc))
+        except ValueError as exc:
+            _fail(str(exc))
+        t = client.totals
+        typer.echo(
+            f"{model}: asked {res.asked}, kept {res.kept}, ok {res.ok}, failed {res.failed} "
+            f"({t['requests']} requests, {t['cache_hits']} cache hits, {t['total_tokens']} tokens) -> {out}"
+        )
+        if res.failed:
+            typer.echo(f"{res.failed} item(s) failed; rerun the same command to retry only those.", err=True)
+
+    @app.command("score")
+    def score_cmd(
+        run_dirs: List[Path] = typer.Argument(..., help="Run folders holding judgments.jsonl."),
+        as_json: bool = typer.Option(False, "--json", help="Print the SPEC JSON instead of a table."),
+        step_accuracy: bool = typer.Option(False, "--step-accuracy", help="Add the per-step accuracy curve."),
+    ) -> None:
+        """Final, TC, CP, VC, per category, L3, L4 per model (failures excluded and counted)."""
+        from worldeval.worldcast.scoring import score_runs, table_rows
+
+        try:
+            res = score_runs(run_dirs, step_accuracy=step_accuracy)
+        except (FileNotFoundError, ValueError) as exc:
+            _fail(str(exc))
+        if as_json:
+            typer.echo(json.dumps(res, indent=2, sort_keys=True))
+            return
+        from rich.console import Console
+        from rich.table import Table
+
+        header, rows = table_rows(res)
+        table = Table(title="WorldCast (0-100; categories, L3, L4 and Overall are Final scores)")
+        for h in header:
+            table.add_column(h, justify="left" if h == "model" else "right")
+        for r in rows:
+            table.add_row(*r)
+        console = Console(width=max(160, Console().width))
+        console.print(table)
+        if step_accuracy:
+            for m, s in res["models"].items():
+                curve = s.get("step_accuracy") or {}
+                if curve:
+                    line = ", ".join(f"step {k}: {v['accuracy']:.1f}% (n={v['n']})" if v["accuracy"] is not None
+                                     else f"step {k}: - (n=0)" for k, v in curve.items())
+                    console.print(f"{m} step accuracy: {line}")
+
+    @app.command("agreement")
+    def agreement_cmd(
+        run_dirs: List[Path] = typer.Argument(..., help="Run folders with the judged models."),
+        votes: Path = typer.Option(..., "--votes", help="JSONL of human pairwise votes (see docs/worldcast.md)."),
+    ) -> None:
+        """Judge-vs-human win rates, Pearson r per dimension and winner agreement (paper section 4.4)."""
+        from worldeval.worldcast.scoring import agreement
+
+        try:
+            res = agreement(run_dirs, votes)
+        except (FileNotFoundError, ValueError) as exc:
+            _fail(str(exc))
+        typer.echo(json.dumps(res, indent=2, sort_keys=True))
+
+    @app.command("judges")
+    def judges_cmd(run_dirs: List[Path] = typer.Argument(..., help="Run folders of the same outputs scored by different judge models.")) -> None:
+        """Model ranking per judge model and the Kendall tau between judges (judge swap)."""
+        from worldeval.worldcast.scoring import judge_swap
+
+        try:
+            typer.echo(json.dumps(judge_swap(run_dirs), indent=2, sort_keys=True))
+        except (FileNotFoundError, ValueError) as exc:
+            _fail(str(exc))
+
+    @app.command("repeats")
+    def repeats_cmd(
+        run_dirs: List[Path] = typer.Argument(..., help="One run folder per repeated generation round."),
+        ddof: int = typer.Option(1, "--ddof", help="1: sample std (default); 0: population std."),
+    ) -> None:
+        """Mean and std per category across repeated generation runs."""
+        from worldeval.worldcast.scoring import repeats
+
+        try:
+            typer.echo(json.dumps(repeats(run_dirs, ddof), indent=2, sort_keys=True))
+        except (FileNotFoundError, ValueError) as exc:
+            _fail(str(exc))
+
+    @app.command("prompts")
+    def prompts_cmd(
+        interface: str = typer.Option(..., "--interface", help="grid, interleaved or video."),
+        dataset: Optional[Path] = typer.Option(None, "--dataset", help="Dataset folder (default: the packaged samples)."),
+        out: Optional[Path] = typer.Option(None, "--out", help="Write JSONL here instead of stdout."),
+    ) -> None:
+        """Write each case's generation request for one output interface (hints are never included)."""
+        from worldeval.worldcast.cases import CaseError, load_cases
+        from worldeval.worldcast.prompts import INTERFACES, generation_request
+        from worldeval.worldcast.samples import sample_dataset
+
+        if interface not in INTERFACES:
+            _fail(f"--interface must be one of {', '.join(INTERFACES)}")
+        try:
+            cases = load_cases(dataset or sample_dataset())
+        except CaseError as exc:
+            _fail(str(exc))
+        lines = [json.dumps(generation_request(c, interface).to_json(), ensure_ascii=False) for c in cases]
+        text = "\n".join(lines) + "\n"
+        if out:
+            from worldeval.runs import atomic_write_text
+
+            atomic_write_text(out, text)
+            typer.echo(f"{len(lines)} requests -> {out}", err=True)
+        else:
+            typer.echo(text, nl=False)
+
+    @app.command("keyframes")
+    def keyframes_cmd(
+        video: Path = typer.Argument(..., help="A generated video."),
+        steps: int = typer.Option(..., "--steps", min=1, help="Number of keyframes (requested states)."),
+        out: Path = typer.Option(..., "--out", help="Folder for step_k.jpg and selection.json."),
+    ) -> None:
+        """Pick K keyframes from a video with the model-free change-point selector."""
+        from worldeval.media import MediaError
+        from worldeval.worldcast.keyframes import ChangePointSelector, KeyframeError, write_keyframes
+
+        try:
+            sel = ChangePointSelector().select(video, steps)
+            write_keyframes(sel, out)
+        except (KeyframeError, MediaError) as exc:
+            _fail(str(exc))
+        for s in sel.steps:
+            typer.echo(f"step {s['step']}: t={s['timestamp_seconds']:.3f}s frame {s['frame_index']}")
+
+    @app.command("samples")
+    def samples_cmd(
+        out: Optional[Path] = typer.Option(None, "--out", help="Copy the packaged sample dataset and outputs here."),
+    ) -> None:
+        """Show (or copy) the packaged WorldCast sample cases and their correct/shuffled outputs."""
+        import shutil
+
+        from worldeval.worldcast.samples import sample_dataset, sample_outputs, samples_root
+
+        if out:
+            shutil.copytree(samples_root(), out, dirs_exist_ok=True)
+            typer.echo(f"copied samples to {out}")
+        else:
+            typer.echo(f"dataset: {sample_dataset()}")
+            for kind in ("correct", "shuffled"):
+                typer.echo(f"outputs ({kind}): {sample_outputs(kind)}")

@@ -1,0 +1,332 @@
+"""Judge prompts and generation requests for WorldCast, written for this project.
+
+They implement the paper's rubric (score levels, judge-only hints, the
+inspect -> challenge -> revise procedure, the `{"score", "evidence"}` answer)
+in our own words. Each metric's text has a version hash (`PROMPT_VERSIONS`)
+that is stored with every judgment, so scores made with different prompt
+texts are never mixed up silently.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from worldeval.worldcast.cases import WorldCastCase
+
+METRICS = ("PA", "OC", "CP", "VC", "STEP")
+METRIC_LEVELS = {"PA": (0, 1, 2), "OC": (0, 1), "CP": (0, 1, 2, 3), "VC": (0, 1, 2, 3), "STEP": (0, 1)}
+METRIC_NAMES = {
+    "PA": "Progress Alignment",
+    "OC": "Outcome Completion",
+    "CP": "Causal Plausibility",
+    "VC": "Visual Consistency",
+    "STEP": "Designated-Step Accuracy",
+}
+
+_COMMON = """General rules for this assessment:
+- Only what is visible in the generated images counts. A caption, label, arrow, text plan or a convincing story
+  is not proof that something happened.
+- The judge-only HINTS were written by the benchmark authors for you; the generator never saw them. Use them to
+  know which objects, milestones and constraints matter. They tell you where to look; they never replace
+  visible evidence.
+- Text or graphics drawn over an image by the generator do not change what the scene itself shows.
+  If part of an image is cut off, judge from what can be seen.
+- Work in three passes before answering:
+  1. INSPECT: go through the inputs, decide what the task demands, and give a provisional score from the levels.
+  2. CHALLENGE: deliberately search for what you may have missed: counterexamples, hidden defects, other
+     readings of the images, evidence that speaks for a higher or lower level.
+  3. REVISE: change the provisional score only if the challenge found something visible that justifies it;
+     otherwise keep it. Do not change the score just to have changed it.
+"""
+
+_PA = """You are auditing one metric: PROGRESS ALIGNMENT (PA), the process part of Task Completion.
+Strict mode: when in doubt between two levels, the evidence must earn the higher one.
+
+Question: looking at the whole ordered sequence of generated states, does the task unfold the way the user
+intended, with every milestone that matters actually reached, in an order that works?
+
+First work out the milestones from the instruction, the hints and the references. A milestone is
+INDISPENSABLE when the instruction or hints stress it, when the user's central goal cannot be met without it,
+or when a later required state depends on it. Note any order the task requires or that logic forces.
+
+Levels:
+2 - The sequence carries out the intended process. Every required milestone is shown as accomplished, not
+    just started, approached, implied or described, and the milestones appear in a workable order. Nothing
+    essential is skipped, premature, reversed, contradicted or off-topic. A right start plus a right ending
+    does not make up for a missing stage in between.
+1 - The core process is recognisable and each indispensable milestone is substantially shown, but something
+    secondary is off: a non-essential stage is missing, unclear, out of place or unsupported, or details are
+    imprecise, without defeating the user's main intent. Prominent generator-added captions, step numbers,
+    arrows or guide graphics that nobody asked for can also hold an otherwise complete sequence at 1.
+0 - At least one indispensable milestone is absent, only begun or approached, ambiguous, out of an order the
+    process needs, interrupted or undone, contradicted, done in a fundamentally wrong way, or only claimed.
+    Also 0 when the images stay essentially the same although the task needs change, or when the changes do
+    not add up to the requested task. Correct parts elsewhere, a matching scene or a good-looking last image
+    do not compensate.
+"""
+
+_OC = """You are auditing one metric: OUTCOME COMPLETION (OC), the end-state part of Task Completion.
+Strict mode: there is no partial credit.
+
+Question: does the FINAL generated image show the result the user asked for? The instruction was written for
+a whole sequence, but you are given only the last image. Separate what the end state must look like from
+how the task gets there, and do not expect the last image to show earlier actions.
+
+Levels:
+1 - The final image shows the requested end state with every indispensable end condition visibly met: the
+    required objects, counts, attributes, arrangement, spatial relations, placement and reference-specific
+    features, wherever the instruction or hints specify them or the user's goal depends on them. The result
+    can be checked in the image; nothing required is missing, wrong, swapped or hidden.
+0 - Any required end condition is missing, wrong, contradicted, incomplete or cannot be verified, even if the
+    defect looks small. An end condition is indispensable when the instruction or hints name it as part of
+    the result, or when the requested result fails without it; an intermediate milestone is not automatically
+    an end condition. Also 0 when the outcome is only asserted by a caption, label, arrow or plan. Do not
+    conclude that an object was moved, removed or used up merely because you cannot see it; when absence is
+    the goal, credit it only if the relevant region is visible and empty.
+"""
+
+_CP = """You are auditing one metric: CAUSAL PLAUSIBILITY (CP).
+Strict mode: when in doubt between two levels, the evidence must earn the higher one.
+
+Question: across the whole ordered sequence, does each change follow from what came before under the rules
+that govern this task: object transformations, physics, everyday phenomena, game rules, logical dependencies
+and any task-specific rules? Assume ordinary real-world physics unless the task sets up its own world
+(a game, a diagram, a fiction, a symbolic puzzle); then that world's rules apply.
+
+Levels:
+3 - Every concern raised by the instruction or hints is satisfied with visible evidence. Each critical
+    transition follows visibly from the state and action before it; mechanisms, constraints, object topology
+    and long-range dependencies hold throughout, with no deviation and no skipped mechanism hidden behind a
+    plausible last image.
+2 - The intended mechanism is clear and the critical states and transitions broadly obey the governing
+    rules, but there is a minor flaw: a small local rule deviation, a weakened mechanism, an incomplete
+    long-range dependency or a minor unsupported transition. Nothing critical is skipped, contradicted or
+    replaced by a sudden structural change, and the instruction/hint concerns are at least partly met.
+1 - The core mechanism can still be recognised and at least one critical cause-to-effect step is shown, but a
+    core concern of the instruction or a checkable hint condition is clearly broken at a critical point, or a
+    critical action, prerequisite or constraint is missing, unsupported or mechanically impossible. A process
+    that is plausible in itself but hardly connected to the references, instruction or hints also gets 1.
+    Resemblance of theme or a believable end state alone does not reach 1 when the central mechanism is not
+    shown.
+0 - The mechanism that should produce the main change is missing, reversed, contradicted or replaced by an
+    unexplained transformation; the main result relies on a task-critical object, action or state that
+    appears, vanishes, jumps, duplicates or changes with no visible or ordinary cause; or the process
+    contradicts itself or is impossible under the applicable rules. A matching subject or good-looking ending
+    does not rescue it.
+
+Caps and grading:
+- If the task needs visible change and the sequence is static or changes too little, CP is at most 1.
+- If any task-critical transition cannot be reconciled causally from the visible states, CP is at most 1.
+  Ordinary motion between two shown states may be assumed only when those states are compatible and nothing
+  had to be invented in between (no hidden intervention, changed constraint or unseen state).
+- Judge a jump by its causal weight, not by how sudden it looks: harmless compression costs nothing, a
+  weakened or imprecise local mechanism points to 2, an unsupported critical transition caps at 1, an
+  impossible or self-contradictory core process points to 0.
+- A task-relevant object or tool that is present in one image and absent later, with no visible or
+  reasonably inferable removal, placement, consumption, transformation, occlusion or exit, breaks object
+  conservation: CP is at most 1 even if the object is no longer needed, and 0 when its loss removes the
+  central mechanism or leaves the main result unexplained.
+- Keep this separate from Visual Consistency: a change of look, identity or shape counts here only when it
+  breaks the causal chain or makes the next state unreachable.
+
+How to check: first fix the world rules and the critical states, constraints and dependencies. Then for every
+adjacent pair name the prior state, the cause or action, and the result; follow each relevant object and
+tool (where it stays, how it moves, whether it appears, disappears, duplicates, is used up or transforms, and
+why); check support, contact, containment, connectivity of parts, material behaviour, object counts,
+temporal order, tool availability, geometry and task logic. Then check long-range links: whether an earlier
+step enables or rules out a later one.
+"""
+
+_VC = """You are auditing one metric: VISUAL CONSISTENCY (VC).
+Strict mode: when in doubt between two levels, the evidence must earn the higher one.
+
+Question: across the ordered sequence, does everything that ought to persist stay the same? Exempt are only
+the specific changes the user asked for or that the shown process visibly causes. Any other change of
+identity, count, shape, scale, colour, material, topology, mechanism structure, relative position, camera or
+background is a consistency error.
+
+Levels:
+3 - Task-relevant invariants (identity, count, shape, scale, colour, material, topology, mechanism
+    structure, relative position, camera, background) hold. Every change is explained by the visible process;
+    nothing appears, disappears, duplicates, jumps, is swapped for another structure or drifts gradually. No
+    caption, step label, explanatory text, arrow or guide graphic has been added unless requested (text that
+    already belongs to the scene in the references is fine).
+2 - The key objects named or stressed by the instruction or hints stay stable except for slight drift that
+    recovers later; objects that are not stressed may show a small but real deviation in identity, geometry,
+    scale, position or background.
+1 - The target is still broadly recognisable but continuity is poor: a key object shows at least one clear
+    deviation in colour, identity, geometry, scale, topology, mechanism structure, position or background, or
+    unstressed objects deviate strongly in a way that affects the whole sequence.
+0 - The target is not preserved; important objects are lost, added or duplicated without explanation; or
+    there is a major scale jump, teleport, background reset, severe deformation, replaced topology or
+    mechanism, bizarre texture or inexplicable distortion. An important object that vanishes without a
+    visible removal or placement is a failure: do not assume it was put away. If an object or tool named in
+    the hints, or one the instruction needs to stay the same, appears, vanishes or duplicates without a
+    visible removal, placement, entry, exit, consumption, transformation or occlusion, the score is 0.
+
+How to check: compare neighbouring images and also images far apart (to catch slow drift). Track every
+task-relevant object and tool through the sequence: its count, its place, its look.
+"""
+
+_STEP = """You are auditing one metric: DESIGNATED-STEP ACCURACY for a single step of a generated sequence.
+Strict mode: there is no partial credit.
+
+Question: does the image generated for the designated step do what that exact step of the task requires?
+Work out from the instruction, hints and references which concrete action or state belongs to this step.
+The generator's own text plan for the step is shown when it exists; the user's task outranks the plan, and
+following a wrong or irrelevant plan does not count as success. Judge this one image only; other steps are
+not yours to score, and a failure elsewhere is not this step's fault. Do not invent an unseen earlier image
+to claim that something disappeared or deformed.
+
+Levels:
+1 - The image visibly realises this step's requirement: the required action or state, entities, quantities,
+    attributes, spatial and reference relations are there. It agrees with its paired plan and moves the task
+    forward. Contact, support, containment, geometry, counts and material behaviour are physically compatible
+    with what is shown. No task-relevant object appears, vanishes, duplicates, jumps or deforms without a
+    reason visible in the supplied images (required transformations and real occlusion are fine). Hint
+    requirements that concern this step are met.
+0 - The change shown is irrelevant to the required milestone, or the image is a repeat or nearly unchanged
+    (unless holding the state is what the step asks); it omits or breaks a required action, state, entity,
+    quantity, attribute, relation or local constraint; uses the wrong reference; shows a different action;
+    contradicts its plan or makes no real progress (a plan that claims success is not evidence); shows a
+    physical or task-rule violation; or leaves a step-specific hint requirement unmet or only partly met.
+
+Any deduction must point at something visible in the designated image.
+"""
+
+_CONTRACT = """Answer with a single JSON object and nothing else:
+{{"score": <integer, one of {levels}>, "evidence": "<one or two sentences naming what you saw that decides the score>"}}"""
+
+_STEP_CONTRACT = """Answer with a single JSON object and nothing else:
+{{"step_index": {step}, "score": <integer, 0 or 1>, "evidence": "<one or two sentences naming what you saw in this image>"}}"""
+
+_TEMPLATES = {"PA": _PA, "OC": _OC, "CP": _CP, "VC": _VC, "STEP": _STEP}
+
+
+def _version(metric: str) -> str:
+    contract = _STEP_CONTRACT if metric == "STEP" else _CONTRACT
+    text = "\n".join([_TEMPLATES[metric], _COMMON, contract, _DATA_LAYOUT_VERSION])
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
+# Bumped by hand when the way inputs are laid out (labels, order) changes.
+_DATA_LAYOUT_VERSION = "layout-v1"
+PROMPT_VERSIONS = {m: _version(m) for m in METRICS}
+
+
+def rubric_text(metric: str) -> str:
+    return _TEMPLATES[metric] + "\n" + _COMMON
+
+
+def build_judge_content(metric: str, case: WorldCastCase, images: list, plans: list | None = None,
+                        step: int | None = None, image_loader=None) -> list[Any]:
+    """Content parts (text and images, in order) of one judge request.
+
+    `images` are the generated states in order (paths or already-loaded images);
+    `image_loader` turns a path into what the judge client sends.
+    """
+    load = image_loader or (lambda p: p)
+    parts: list[Any] = [rubric_text(metric)]
+    parts.append(f"TEXT INSTRUCTION (what the generator was asked to do):\n{case.instruction.strip()}")
+    if case.hints:
+        parts.append("JUDGE-ONLY HINTS:\n" + "\n".join(f"- {h.strip()}" for h in case.hints))
+    else:
+        parts.append("JUDGE-ONLY HINTS: (none for this case)")
+    if case.images:
+        parts.append(f"REFERENCE AND INITIAL IMAGES ({len(case.images)}), given to the generator as input:")
+        for i, ref in enumerate(case.images, start=1):
+            parts.append(f"Reference image {i} (role: {ref.role.replace('_', ' ')}):")
+            parts.append(load(ref.path))
+    else:
+        parts.append("REFERENCE AND INITIAL IMAGES: (none; the task is given by text only)")
+    n = len(images)
+    if metric == "OC":
+        parts.append("FINAL GENERATED IMAGE (the last state only; the intermediate states are deliberately withheld):")
+        parts.append(load(images[-1]))
+    elif metric == "STEP":
+        assert step is not None and 1 <= step <= n
+        plan = (plans or [None] * n)[step - 1]
+        parts.append(f"DESIGNATED STEP: step {step} of {n} requested states.")
+        parts.append("TEXT PLAN THE GENERATOR PAIRED WITH THIS STEP:\n" + (plan.strip() if plan else "(no text plan was provided)"))
+        parts.append(f"DESIGNATED GENERATED IMAGE (step {step}):")
+        parts.append(load(images[step - 1]))
+    else:
+        parts.append(f"GENERATED SEQUENCE: {n} states, in order. The task asked for {case.steps}.")
+        for k, im in enumerate(images, start=1):
+            parts.append(f"Generated state {k} of {n}:")
+            parts.append(load(im))
+    levels = ", ".join(str(v) for v in METRIC_LEVELS[metric])
+    if metric == "STEP":
+        parts.append(_STEP_CONTRACT.format(step=step))
+    else:
+        parts.append(_CONTRACT.format(levels=levels))
+    return parts
+
+
+# ---------------------------------------------------------------------------
+# Generation requests (what a model owner sends to their generator)
+
+INTERFACES = ("grid", "interleaved", "video")
+
+
+def default_grid_layout(steps: int) -> str:
+    from worldeval.worldcast.grid import DEFAULT_LAYOUTS
+
+    if steps in DEFAULT_LAYOUTS:
+        r, c = DEFAULT_LAYOUTS[steps]
+    else:
+        r = 1 if steps <= 3 else 2
+        c = -(-steps // r)
+        if r * c != steps:
+            r, c = 1, steps
+    return f"{r}x{c}"
+
+
+@dataclass
+class GenerationRequest:
+    case_id: str
+    interface: str
+    prompt: str
+    images: list[str]
+    steps: int
+    layout: str | None
+    expected_output: str
+
+    def to_json(self) -> dict:
+        return self.__dict__.copy()
+
+
+def generation_request(case: WorldCastCase, interface: str) -> GenerationRequest:
+    """The request for one case in one output interface. Judge-only hints are never included."""
+    if interface not in INTERFACES:
+        raise ValueError(f"unknown interface {interface!r}; expected one of {INTERFACES}")
+    k = case.steps
+    task = case.instruction.strip()
+    layout = None
+    if interface == "grid":
+        layout = default_grid_layout(k)
+        r, c = layout.split("x")
+        body = (
+            f"Produce the {k} requested states as ONE image: a grid of {r} row(s) by {c} column(s), filled row by row "
+            f"in the order of the states, all cells the same size. Put nothing inside the picture that the task does "
+            f"not itself call for: no step numbers, captions, explanations, arrows or guide marks."
+        )
+        expected = "<outputs>/<case_id>/grid.png" + ("" if k in (2, 4, 6) else f' plus grid.json {{"layout": "{layout}"}}')
+    elif interface == "interleaved":
+        body = (
+            f"Produce the {k} requested states one at a time: for each state write one short line saying what happens, "
+            f"then generate one image of that state. Make {k} separate images, never several states in one picture, "
+            f"and keep the written lines out of the images; no step numbers, captions, arrows or guide marks inside "
+            f"the images unless the task itself needs visible text."
+        )
+        expected = "<outputs>/<case_id>/step_1.png ... step_%d.png plus optional plan.json with the %d text lines" % (k, k)
+    else:
+        body = (
+            f"Make one continuous video that performs the whole process from start to finish. Every one of the {k} "
+            f"requested stages must be clearly visible, in the requested order, joined by natural motion. "
+            f"No split screens, captions or instructional overlays."
+        )
+        expected = "<outputs>/<case_id>/video.mp4"
+    return GenerationRequest(case.id, interface, f"{task}\n\n{body}", [im.rel for im in case.images], k, layout, expected)

@@ -1,0 +1,370 @@
+"""WorldCast scores from `judgments.jsonl` (SPEC section 5).
+
+Per case: TC = (1 - w_o) * PA/2 + w_o * OC (OC only when w_o > 0),
+Final = (100/3) * (0.4 * 3*TC + 0.4 * CP + 0.2 * VC).
+Per model: means over cases of Final, TC*100, CP*100/3, VC*100/3, per category,
+L3, L4 (Final means over the cases of that level) and per-step accuracy.
+
+A metric whose judgment failed (or is missing) is left out: the dimension
+means use the cases where that dimension is known, Final and the category and
+level means use the cases where every needed metric is known, and the case
+counts in `n_failed`. A failure is never a 0.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from worldeval.runs import read_jsonl
+from worldeval.worldcast.cases import CATEGORY_LEVEL, L3_CATEGORIES, L4_CATEGORIES
+from worldeval.worldcast.judging import JUDGMENTS, latest_records
+
+ALPHA_TC, ALPHA_CP, ALPHA_VC = 0.4, 0.4, 0.2
+CATEGORY_ORDER = L3_CATEGORIES + L4_CATEGORIES
+
+
+@dataclass
+class CaseScore:
+    case_id: str
+    category: str
+    level: str
+    outcome_weight: float
+    pa: int | None
+    oc: int | None
+    cp: int | None
+    vc: int | None
+    failed_metrics: list[str]
+
+    @property
+    def tc(self) -> float | None:
+        if self.pa is None:
+            return None
+        w = self.outcome_weight
+        if w > 0:
+            if self.oc is None:
+                return None
+            return (1 - w) * self.pa / 2 + w * self.oc
+        return self.pa / 2
+
+    @property
+    def final(self) -> float | None:
+        tc = self.tc
+        if tc is None or self.cp is None or self.vc is None:
+            return None
+        return (100.0 / 3.0) * (ALPHA_TC * 3 * tc + ALPHA_CP * self.cp + ALPHA_VC * self.vc)
+
+    @property
+    def failed(self) -> bool:
+        return self.final is None
+
+
+def final_score(pa: int, cp: int, vc: int, oc: int | None = None, w: float = 0.0) -> float:
+    tc = (1 - w) * pa / 2 + (w * oc if w > 0 else 0.0)
+    return (100.0 / 3.0) * (ALPHA_TC * 3 * tc + ALPHA_CP * cp + ALPHA_VC * vc)
+
+
+def load_run_records(run_dirs: list[str | Path]) -> dict[str, list[dict]]:
+    """Latest record per item, grouped by model. A model judged in two folders is kept apart as model@folder."""
+    by_model: dict[str, list[dict]] = {}
+    owner: dict[str, str] = {}
+    for d in run_dirs:
+        d = Path(d)
+        path = d / JUDGMENTS
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: not found (is {d} a WorldCast run folder?)")
+        latest = latest_records(read_jsonl(path))
+        grouped: dict[str, list[dict]] = {}
+        for rec in latest.values():
+            grouped.setdefault(rec["model"], []).append(rec)
+        for model, recs in grouped.items():
+            name = model
+            if model in owner and owner[model] != str(d):
+                name = f"{model}@{d.name}"
+            owner.setdefault(model, str(d))
+            by_model[name] = recs
+    return by_model
+
+
+def case_scores(records: list[dict]) -> dict[str, CaseScore]:
+    cases: dict[str, CaseScore] = {}
+    for r in records:
+        cid = r["case_id"]
+        cs = cases.get(cid)
+        if cs is None:
+            cs = cases[cid] = CaseScore(cid, r["category"], r.get("level") or CATEGORY_LEVEL[r["category"]],
+                                         float(r.get("outcome_weight") or 0.0), None, None, None, None, [])
+        m = r["metric"]
+        if m == "STEP":
+            continue
+        if r.get("status") == "ok" and r.get("score") is not None:
+            setattr(cs, m.lower(), int(r["score"]))
+        else:
+            cs.failed_metrics.append(m)
+    return cases
+
+
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def summarize_model(records: list[dict], step_accuracy: bool = False) -> dict:
+    cases = case_scores(records)
+    vals = list(cases.values())
+    tcs = [c.tc * 100 for c in vals if c.tc is not None]
+    cps = [c.cp * 100 / 3 for c in vals if c.cp is not None]
+    vcs = [c.vc * 100 / 3 for c in vals if c.vc is not None]
+    finals = [c.final for c in vals if c.final is not None]
+    cats = {}
+    for cat in CATEGORY_ORDER:
+        xs = [c.final for c in vals if c.category == cat and c.final is not None]
+        if any(c.category == cat for c in vals):
+            cats[cat] = _mean(xs)
+    out = {
+        "final": _mean(finals),
+        "TC": _mean(tcs),
+        "CP": _mean(cps),
+        "VC": _mean(vcs),
+        "L3": _mean([c.final for c in vals if c.level == "L3" and c.final is not None]),
+        "L4": _mean([c.final for c in vals if c.level == "L4" and c.final is not None]),
+        "categories": cats,
+        "n_cases": len(vals),
+        "n_failed": sum(1 for c in vals if c.failed),
+        "n_failed_items": sum(1 for r in records if r.get("status") != "ok"),
+        "judge_models": sorted({r.get("judge_model") for r in records if r.get("judge_model")}),
+        "prompt_hashes": {m: sorted({r["prompt_hash"] for r in records if r["metric"] == m and r.get("prompt_hash")})
+                          for m in sorted({r["metric"] for r in records})},
+    }
+    if step_accuracy:
+        out["step_accuracy"] = step_accuracy_curve(records)
+    return out
+
+
+def step_accuracy_curve(records: list[dict]) -> dict:
+    """Per step index: accuracy in percent over the cases whose designated-step judgment succeeded."""
+    per: dict[int, list[int]] = {}
+    failed: dict[int, int] = {}
+    for r in records:
+        if r["metric"] != "STEP" or r.get("step") is None:
+            continue
+        k = int(r["step"])
+        if r.get("status") == "ok" and r.get("score") is not None:
+            per.setdefault(k, []).append(int(r["score"]))
+        else:
+            failed[k] = failed.get(k, 0) + 1
+    steps = sorted(set(per) | set(failed))
+    return {str(k): {"accuracy": (100.0 * sum(per[k]) / len(per[k])) if per.get(k) else None,
+                     "n": len(per.get(k, [])), "n_failed": failed.get(k, 0)} for k in steps}
+
+
+def score_runs(run_dirs: list[str | Path], step_accuracy: bool = False) -> dict:
+    by_model = load_run_records(run_dirs)
+    return {"models": {m: summarize_model(recs, step_accuracy) for m, recs in sorted(by_model.items())}}
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+CATEGORY_SHORT = {
+    "observation_conditioned_transitions": "ObsCond", "physical_simulation": "PhysSim",
+    "adaptive_task_completion": "Adaptive", "visual_cues": "VisCues", "physical_properties": "PhysProp",
+    "visual_goal_realization": "VisGoal", "logic_and_rules": "Logic", "in_context_procedural_learning": "InCtxProc",
+}
+
+
+def table_rows(result: dict) -> tuple[list[str], list[list[str]]]:
+    """Rows like the paper's Table 1: L3 categories, L3, L4 categories, L4, overall, then TC/CP/VC."""
+    header = (["model"] + [CATEGORY_SHORT[c] for c in L3_CATEGORIES] + ["L3"]
+              + [CATEGORY_SHORT[c] for c in L4_CATEGORIES] + ["L4", "Overall", "TC", "CP", "VC", "cases", "failed"])
+    rows = []
+    for m, s in result["models"].items():
+        cats = s["categories"]
+        rows.append([m] + [_fmt(cats.get(c)) for c in L3_CATEGORIES] + [_fmt(s["L3"])]
+                    + [_fmt(cats.get(c)) for c in L4_CATEGORIES] + [_fmt(s["L4"]), _fmt(s["final"]), _fmt(s["TC"]),
+                                                                    _fmt(s["CP"]), _fmt(s["VC"]), str(s["n_cases"]),
+                                                                    str(s["n_failed"])])
+    return header, rows
+
+
+# ---------------------------------------------------------------------------
+# Validity tools (paper section 4.4 and Appendix E)
+
+DIMENSIONS = {"overall": "final", "TC": "tc", "CP": "cp", "VC": "vc"}
+
+
+def pearson(xs: list[float], ys: list[float]) -> float | None:
+    n = len(xs)
+    if n < 2:
+        return None
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    syy = sum((y - my) ** 2 for y in ys)
+    if sxx == 0 or syy == 0:
+        return None
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / math.sqrt(sxx * syy)
+
+
+def kendall_tau(a: list[float], b: list[float]) -> float | None:
+    """Kendall tau-b between two score lists over the same models (ties handled)."""
+    n = len(a)
+    if n < 2:
+        return None
+    conc = disc = ta = tb = 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            da = (a[i] > a[j]) - (a[i] < a[j])
+            db = (b[i] > b[j]) - (b[i] < b[j])
+            if da == 0 and db == 0:
+                continue
+            if da == 0:
+                ta += 1
+            elif db == 0:
+                tb += 1
+            elif da == db:
+                conc += 1
+            else:
+                disc += 1
+    denom = math.sqrt((conc + disc + ta) * (conc + disc + tb))
+    return None if denom == 0 else (conc - disc) / denom
+
+
+def _outcome(x: float | None, y: float | None) -> float | None:
+    if x is None or y is None:
+        return None
+    return 1.0 if x > y else 0.0 if x < y else 0.5
+
+
+def _human_value(v: object, model_a: str, model_b: str) -> float:
+    s = str(v).strip().lower()
+    if s in ("a", model_a.lower(), "1", "1.0", "win"):
+        return 1.0
+    if s in ("b", model_b.lower(), "0", "0.0", "loss"):
+        return 0.0
+    if s in ("tie", "0.5", "draw", "="):
+        return 0.5
+    raise ValueError(f"winner {v!r} is not 'a', 'b', 'tie' or one of the two model names")
+
+
+def agreement(run_dirs: list[str | Path], votes_path: str | Path) -> dict:
+    """Judge-versus-human pairwise win rates, their Pearson r per dimension and winner agreement.
+
+    `votes_path`: JSONL, one human vote per line:
+    {"case_id", "model_a", "model_b", "dimension": overall|TC|CP|VC, "winner": "a"|"b"|"tie", "annotator"?}.
+    A win counts 1, a tie 0.5, a loss 0. Human win rates average every vote; the judge's win rates average the
+    same (case, pair, dimension) comparisons, once each, decided by the judge's case scores. Winner agreement
+    is measured on comparisons where more than half of the human votes name the same winner (a or b).
+    """
+    by_model = load_run_records(run_dirs)
+    scores = {m: case_scores(recs) for m, recs in by_model.items()}
+    votes = read_jsonl(votes_path)
+    if not votes:
+        raise ValueError(f"{votes_path}: no votes")
+    human: dict[str, dict[str, list[float]]] = {d: {} for d in DIMENSIONS}
+    judge: dict[str, dict[str, list[float]]] = {d: {} for d in DIMENSIONS}
+    groups: dict[tuple, list[float]] = {}
+    for n, v in enumerate(votes, start=1):
+        try:
+            cid, a, b, dim = v["case_id"], v["model_a"], v["model_b"], v.get("dimension", "overall")
+            val = _human_value(v["winner"], a, b)
+        except KeyError as exc:
+            raise ValueError(f"{votes_path} vote {n}: missing field {exc}") from None
+        except ValueError as exc:
+            raise ValueError(f"{votes_path} vote {n} field 'winner': {exc}") from None
+        if dim not in DIMENSIONS:
+            raise ValueError(f"{votes_path} vote {n} field 'dimension': {dim!r} not in {list(DIMENSIONS)}")
+        for m in (a, b):
+            if m not in scores:
+                raise ValueError(f"{votes_path} vote {n}: model {m!r} is not in the run folders ({sorted(scores)})")
+        human[dim].setdefault(a, []).append(val)
+        human[dim].setdefault(b, []).append(1 - val)
+        groups.setdefault((cid, a, b, dim), []).append(val)
+    agree = {d: [0, 0] for d in DIMENSIONS}
+    skipped = 0
+    for (cid, a, b, dim), vals in groups.items():
+        ca, cb = scores[a].get(cid), scores[b].get(cid)
+        attr = DIMENSIONS[dim]
+        j = _outcome(getattr(ca, attr) if ca else None, getattr(cb, attr) if cb else None)
+        if j is None:
+            skipped += 1
+            continue
+        judge[dim].setdefault(a, []).append(j)
+        judge[dim].setdefault(b, []).append(1 - j)
+        for winner in (1.0, 0.0):
+            if sum(1 for x in vals if x == winner) * 2 > len(vals):
+                agree[dim][1] += 1
+                agree[dim][0] += int(j == winner)
+    out: dict = {"dimensions": {}, "n_votes": len(votes), "n_comparisons_without_judge_scores": skipped}
+    for d in DIMENSIONS:
+        models = sorted(set(human[d]) & set(judge[d]))
+        hw = {m: _mean(human[d][m]) for m in models}
+        jw = {m: _mean(judge[d][m]) for m in models}
+        out["dimensions"][d] = {
+            "human_win_rate": hw,
+            "judge_win_rate": jw,
+            "pearson_r": pearson([hw[m] for m in models], [jw[m] for m in models]),
+            "winner_agreement": (agree[d][0] / agree[d][1]) if agree[d][1] else None,
+            "n_majority_comparisons": agree[d][1],
+        }
+    return out
+
+
+def judge_swap(run_dirs: list[str | Path]) -> dict:
+    """Model ranking under each judge model found in the runs, and Kendall tau between judges (Appendix E)."""
+    per_judge: dict[str, dict[str, float]] = {}
+    for d in run_dirs:
+        latest = latest_records(read_jsonl(Path(d) / JUDGMENTS))
+        if not latest:
+            raise FileNotFoundError(f"{Path(d) / JUDGMENTS}: no judgments")
+        grouped: dict[tuple, list[dict]] = {}
+        for r in latest.values():
+            grouped.setdefault((r.get("judge_model"), r["model"]), []).append(r)
+        for (jm, model), recs in grouped.items():
+            per_judge.setdefault(jm, {})[model] = summarize_model(recs)["final"]
+    judges = sorted(per_judge)
+    pairs = []
+    for i in range(len(judges)):
+        for j in range(i + 1, len(judges)):
+            a, b = per_judge[judges[i]], per_judge[judges[j]]
+            common = sorted(m for m in set(a) & set(b) if a[m] is not None and b[m] is not None)
+            pairs.append({
+                "judges": [judges[i], judges[j]], "models": common,
+                "kendall_tau": kendall_tau([a[m] for m in common], [b[m] for m in common]),
+                "mean_offset": _mean([b[m] - a[m] for m in common]),
+            })
+    ranking = {jm: sorted((m for m in s if s[m] is not None), key=lambda m: -s[m]) for jm, s in per_judge.items()}
+    return {"scores": per_judge, "ranking": ranking, "pairs": pairs}
+
+
+def repeats(run_dirs: list[str | Path], ddof: int = 1) -> dict:
+    """Mean and std across repeated generation runs (one run folder each), per model (Table 4).
+
+    Each run gives per-category, L3, L4 and overall means; the std is taken across those run means
+    (sample std, ddof=1, by default).
+    """
+    per_run = []
+    for d in run_dirs:
+        per_run.append(score_runs([d])["models"])
+    models = sorted(set().union(*[set(r) for r in per_run]))
+    out = {}
+    for m in models:
+        runs = [r[m] for r in per_run if m in r]
+        keys = {**{c: ("categories", c) for c in CATEGORY_ORDER}, "L3": ("L3",), "L4": ("L4",), "overall": ("final",),
+                "TC": ("TC",), "CP": ("CP",), "VC": ("VC",)}
+        stats = {}
+        for name, path in keys.items():
+            xs = []
+            for r in runs:
+                v = r
+                for p in path:
+                    v = v.get(p) if isinstance(v, dict) else None
+                if v is not None:
+                    xs.append(float(v))
+            if not xs:
+                continue
+            mu = sum(xs) / len(xs)
+            sd = math.sqrt(sum((x - mu) ** 2 for x in xs) / (len(xs) - ddof)) if len(xs) > ddof else None
+            stats[name] = {"mean": mu, "std": sd, "n_runs": len(xs)}
+        out[m] = stats
+    return {"models": out, "ddof": ddof}
