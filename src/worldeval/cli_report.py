@@ -1,9 +1,38 @@
-"""Command registration (placeholder until its owner fills it in)."""
+"""`worldeval report RUN_DIR... --out report.html`."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import typer
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to `app`."""
+    """Add the `report` command to `app`."""
+
+    @app.command("report")
+    def report(
+        run_dirs: list[Path] = typer.Argument(..., help="OPIS and/or WorldCast run folders."),
+        out: Path = typer.Option(Path("report.html"), "--out", "-o", help="HTML file to write."),
+        title: str = typer.Option("worldeval report", help="Page title."),
+        bootstrap: int = typer.Option(2000, help="Bootstrap replicates for the OPIS CI (0: no intervals)."),
+        seed: int = typer.Option(0, help="Bootstrap seed."),
+        max_cases: int = typer.Option(20, help="Cases drawn with images and plots (-1: all); the rest stay in the tables."),
+        frames_per_case: int = typer.Option(4, help="Sampled frames shown per rollout."),
+        thumb_side: int = typer.Option(224, help="Longest side of embedded images in pixels."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing but errors."),
+    ) -> None:
+        """Write one self-contained HTML report (tables, plots, per-case views; opens offline)."""
+        from worldeval.report import ReportError, build_report
+
+        try:
+            path = build_report(
+                run_dirs, out, title=title, bootstrap=bootstrap, seed=seed, max_cases=max_cases,
+                frames_per_case=frames_per_case, thumb_side=thumb_side,
+            )
+        except ReportError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2)
+        if not quiet:
+            size = path.stat().st_size / 1e6
+            typer.echo(f"report written: {path} ({size:.1f} MB)")

@@ -1,0 +1,97 @@
+"""Build the single-file HTML report for one or more run folders.
+
+The file is self-contained: styles inline, images and plots as data URIs, no
+scripts and no fonts or anything else fetched from the network, so it can be
+mailed, archived or opened offline.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from pathlib import Path
+from typing import Callable
+
+import jinja2
+
+from worldeval import __version__
+from worldeval.report.loaders import (
+    is_opis_run,
+    is_worldcast_run,
+    load_opis_run,
+    load_worldcast_run,
+)
+from worldeval.report.opis import VARIANTS, build_opis
+from worldeval.report.worldcast import build_worldcast
+from worldeval.runs import atomic_write_text, redact
+
+
+class ReportError(ValueError):
+    """The report cannot be built at all (e.g. a run folder that does not exist)."""
+
+
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("worldeval.report", "templates"),
+        autoescape=jinja2.select_autoescape(["html", "j2"], default_for_string=True, default=True),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def render_report(
+    run_dirs: list[str | Path],
+    *,
+    title: str = "worldeval report",
+    bootstrap: int = 2000,
+    seed: int = 0,
+    variants: tuple[str, ...] = VARIANTS,
+    max_cases: int = 20,
+    frames_per_case: int = 4,
+    thumb_side: int = 224,
+    opis_score_fn: Callable | None = None,
+    worldcast_score_fn: Callable | None = None,
+    now: _dt.datetime | None = None,
+) -> str:
+    """The report's HTML text. See `build_report` for the arguments."""
+    roots = [Path(p) for p in run_dirs]
+    if not roots:
+        raise ReportError("no run folders given")
+    for r in roots:
+        if not r.is_dir():
+            raise ReportError(f"{r}: run folder does not exist")
+    opis_runs = [load_opis_run(r) for r in roots if is_opis_run(r)]
+    wc_runs = [load_worldcast_run(r) for r in roots if is_worldcast_run(r)]
+    unknown = [str(r) for r in roots if not is_opis_run(r) and not is_worldcast_run(r)]
+
+    if opis_runs:
+        opis = build_opis(opis_runs, score_fn=opis_score_fn, bootstrap=bootstrap, seed=seed, variants=variants,
+                          max_cases=max_cases, frames_per_case=frames_per_case, thumb_side=thumb_side)
+    else:
+        opis = {"present": False, "runs": [], "notes": [], "config": {}}
+    if wc_runs:
+        wc = build_worldcast(wc_runs, score_fn=worldcast_score_fn, max_cases=max_cases, thumb_side=thumb_side)
+    else:
+        wc = {"present": False, "runs": [], "notes": []}
+    opis["notes"] = list(opis["notes"]) + [f"{u}: holds neither an OPIS archive nor judgments.jsonl" for u in unknown]
+
+    stamp = (now or _dt.datetime.now(_dt.timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
+    html = _env().get_template("report.html.j2").render(
+        title=title, version=__version__, generated=stamp, run_dirs=[str(r) for r in roots],
+        opis=redact(opis), wc=redact(wc),
+    )
+    return html
+
+
+def build_report(run_dirs: list[str | Path], out_path: str | Path, **options) -> Path:
+    """Write the self-contained HTML report of `run_dirs` to `out_path` and return the path.
+
+    Options: `title`, `bootstrap` (replicates for the OPIS CI; 0 = none), `seed`,
+    `variants`, `max_cases` (cases drawn with images; -1 = all), `frames_per_case`,
+    `thumb_side` (longest side of embedded images, pixels), and for tests
+    `opis_score_fn(paths, variant, bootstrap, seed)` / `worldcast_score_fn(paths)`.
+    """
+    out = Path(out_path)
+    html = render_report(run_dirs, **options)
+    atomic_write_text(out, html)
+    return out

@@ -1,0 +1,86 @@
+"""Image helpers for the report: downscaling, outlines and inline data URIs.
+
+Everything is embedded as a data URI so the report opens from disk with no
+network. Photos become JPEG (small); plots stay PNG (sharp lines).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import cv2
+import numpy as np
+
+# Outline colours (RGB). Matched / missing / extra follow the usual traffic-light reading.
+STATUS_COLORS = {
+    "matched": (40, 180, 60),
+    "missing": (220, 30, 30),
+    "extra": (255, 140, 0),
+}
+REFERENCE_COLOR = (40, 120, 230)
+
+
+def downscale(img: np.ndarray, max_side: int) -> tuple[np.ndarray, float]:
+    """Shrink so the longer side is at most `max_side`; returns the image and the scale applied."""
+    h, w = img.shape[:2]
+    s = min(1.0, max_side / max(h, w)) if max_side else 1.0
+    if s >= 1.0:
+        return img, 1.0
+    out = cv2.resize(img, (max(1, round(w * s)), max(1, round(h * s))), interpolation=cv2.INTER_AREA)
+    return out, s
+
+
+def draw_boxes(img: np.ndarray, boxes: list[tuple[list[float], tuple[int, int, int], str | None]], scale: float = 1.0,
+               thickness: int = 2) -> np.ndarray:
+    """Outline [x, y, w, h] boxes (given in the original image's pixels) on a copy of `img`.
+
+    Boxes are clipped to the image; a box fully outside it is skipped (a
+    projected position of a missing object can lie off-screen).
+    """
+    out = np.ascontiguousarray(img.copy())
+    H, W = out.shape[:2]
+    for box, color, label in boxes:
+        if box is None or len(box) != 4:
+            continue
+        try:
+            x, y, w, h = (float(v) * scale for v in box)
+        except (TypeError, ValueError):
+            continue
+        if not all(np.isfinite([x, y, w, h])) or w <= 0 or h <= 0:
+            continue
+        x0, y0 = int(round(max(0.0, x))), int(round(max(0.0, y)))
+        x1, y1 = int(round(min(W - 1.0, x + w))), int(round(min(H - 1.0, y + h)))
+        if x1 <= x0 or y1 <= y0:
+            continue
+        cv2.rectangle(out, (x0, y0), (x1, y1), color, thickness, lineType=cv2.LINE_AA)
+        if label:
+            fs = 0.35
+            (tw, th), _ = cv2.getTextSize(label, cv2.FONT_HERSHEY_SIMPLEX, fs, 1)
+            ty = y0 - 2 if y0 - th - 3 >= 0 else min(H - 1, y0 + th + 2)
+            cv2.rectangle(out, (x0, ty - th - 2), (min(W - 1, x0 + tw + 2), ty + 1), color, -1)
+            cv2.putText(out, label, (x0 + 1, ty - 1), cv2.FONT_HERSHEY_SIMPLEX, fs, (255, 255, 255), 1, cv2.LINE_AA)
+    return out
+
+
+def jpeg_data_uri(img: np.ndarray, quality: int = 80) -> str:
+    """RGB uint8 array -> `data:image/jpeg;base64,...`."""
+    arr = np.asarray(img)
+    if arr.ndim == 2:
+        arr = np.stack([arr] * 3, axis=-1)
+    bgr = cv2.cvtColor(np.ascontiguousarray(arr[..., :3].astype(np.uint8)), cv2.COLOR_RGB2BGR)
+    ok, buf = cv2.imencode(".jpg", bgr, [int(cv2.IMWRITE_JPEG_QUALITY), int(quality)])
+    if not ok:
+        raise ValueError("JPEG encoding failed")
+    return "data:image/jpeg;base64," + base64.b64encode(buf.tobytes()).decode("ascii")
+
+
+def figure_data_uri(fig, dpi: int = 100) -> str:
+    """Matplotlib figure -> `data:image/png;base64,...` (the figure is closed)."""
+    import matplotlib.pyplot as plt
+
+    bio = io.BytesIO()
+    # No Software/date metadata: the same inputs give byte-identical plots.
+    fig.savefig(bio, format="png", dpi=dpi, bbox_inches="tight", metadata={"Software": None})
+    plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(bio.getvalue()).decode("ascii")

@@ -1,0 +1,438 @@
+"""The OPIS part of the report: score tables, diagnostic plots and per-case views.
+
+All numbers in the tables come from `worldeval.opis.scoring.score_runs` (one
+call per aggregation variant), so the report never disagrees with
+`worldeval opis score`. The only thing computed here is the per-frame P_t,
+I_t, S_t series drawn for each rollout, which the score JSON does not carry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from worldeval.report import images, plots
+from worldeval.report.loaders import OpisRun, read_archives, read_frames_record, resolve_path
+
+VARIANTS = ("strict", "no_gate", "no_coverage", "minimum", "uniform")
+DENSITY_BINS = ("<=20", "21-40", ">40")
+INTERVALS = ("1-4", "4-7", "7-10")
+DEFAULT_TAU = 0.35
+
+ScoreFn = Callable[[list[Path], str, int, int], dict]
+
+
+def _lookup(d: Any, *names: str) -> Any:
+    """First present key among `names` (score JSON producers may spell diagnostics slightly differently)."""
+    if not isinstance(d, dict):
+        return None
+    for n in names:
+        if n in d:
+            return d[n]
+    lower = {str(k).lower().replace("-", "_"): v for k, v in d.items()}
+    for n in names:
+        k = n.lower().replace("-", "_")
+        if k in lower:
+            return lower[k]
+    return None
+
+
+def _num(v: Any) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(f) else f
+
+
+def slug(*parts: str) -> str:
+    return "-".join(re.sub(r"[^A-Za-z0-9_.-]+", "_", str(p)) for p in parts)
+
+
+def default_score_fn(paths: list[Path], variant: str, bootstrap: int, seed: int) -> dict:
+    """Call the scoring module, filling only the ScoreConfig fields it declares."""
+    from worldeval.opis import scoring
+
+    cfg_cls = scoring.ScoreConfig
+    if dataclasses.is_dataclass(cfg_cls):
+        fields = {f.name for f in dataclasses.fields(cfg_cls)}
+    else:
+        fields = set(getattr(cfg_cls, "model_fields", {}) or {})
+    wanted = {
+        ("variant",): variant,
+        ("bootstrap", "n_bootstrap", "bootstrap_replicates", "replicates"): bootstrap,
+        ("seed", "bootstrap_seed"): seed,
+    }
+    kwargs = {}
+    for names, value in wanted.items():
+        for n in names:
+            if n in fields:
+                kwargs[n] = value
+                break
+    return scoring.score_runs([str(p) for p in paths], cfg_cls(**kwargs))
+
+
+# ---------------------------------------------------------------- per-frame series
+
+
+def frame_series(rows: pd.DataFrame, tau_i: float = DEFAULT_TAU, tau_s: float = DEFAULT_TAU) -> dict[str, list]:
+    """Per sampled frame of one rollout: time and P_t, I_t, S_t on 0-100 (None where undefined).
+
+    Follows SPEC section 3's frame rules: P_t needs every expected-visible
+    instance matched and no confirmed extra; I_t and S_t are the mean over the
+    frame's valid values, zeroed when any of them falls below its threshold.
+    """
+    out: dict[str, list] = {"frame": [], "time_s": [], "P": [], "I": [], "S": []}
+    if rows.empty:
+        return out
+    for frame, g in rows.sort_values("frame").groupby("frame", sort=True):
+        extra = g["extra"].astype(bool)
+        inst = g[~extra]
+        expected = inst[inst["visibility"] == "expected_visible"]
+        n_extra = int(extra.sum())
+        p = None
+        if len(expected) + n_extra > 0:
+            p = 100.0 * float(bool(expected["matched"].astype(bool).all()) and n_extra == 0)
+        a = inst.loc[inst["matched"].astype(bool), "appearance"].dropna().astype(float)
+        i = None if a.empty else 100.0 * float(a.min() >= tau_i) * float(a.mean())
+        s_vals = g["structure"].dropna().astype(float)
+        s = None if s_vals.empty else 100.0 * float(s_vals.min() >= tau_s) * float(s_vals.mean())
+        out["frame"].append(int(frame))
+        out["time_s"].append(float(g["time_s"].iloc[0]))
+        out["P"].append(p)
+        out["I"].append(i)
+        out["S"].append(s)
+    return out
+
+
+# ---------------------------------------------------------------- tables
+
+
+def _leaderboard(strict: dict) -> list[dict]:
+    rows = []
+    for name, m in (strict.get("models") or {}).items():
+        ci = m.get("OPIS_ci") or [None, None]
+        rows.append({
+            "model": name, "anchor": slug("model", name),
+            "P": _num(m.get("P")), "I": _num(m.get("I")), "S": _num(m.get("S")),
+            "C_S": _num(m.get("C_S")), "OPIS": _num(m.get("OPIS")),
+            "ci_lo": _num(ci[0]) if len(ci) > 0 else None, "ci_hi": _num(ci[1]) if len(ci) > 1 else None,
+        })
+    rows.sort(key=lambda r: (-(r["OPIS"] if r["OPIS"] is not None else -1e9), r["model"]))
+    for k, r in enumerate(rows, 1):
+        r["rank"] = k
+    return rows
+
+
+def _group_table(strict: dict, models: list[str], key: str) -> dict:
+    """Models x groups (domains or subcategories): OPIS cells plus the P/I/S behind them."""
+    groups: list[str] = sorted({g for m in models for g in ((strict["models"][m].get(key)) or {})})
+    rows = []
+    for m in models:
+        d = strict["models"][m].get(key) or {}
+        cells = []
+        for g in groups:
+            c = d.get(g) or {}
+            cells.append({"OPIS": _num(c.get("OPIS")), "P": _num(c.get("P")), "I": _num(c.get("I")),
+                          "S": _num(c.get("S"))})
+        rows.append({"model": m, "cells": cells})
+    return {"columns": groups, "rows": rows}
+
+
+def _diag_rows(strict: dict, models: list[str], key: str, bins: tuple[str, ...]) -> tuple[list[dict], dict]:
+    """Rows (model, bin, P, I, S, C_S, Fail-I) and the per-model dict the plots take."""
+    rows, per_model = [], {}
+    for m in models:
+        d = strict["models"][m].get(key) or {}
+        per_model[m] = {}
+        for b in list(bins) + [x for x in d if x not in bins]:
+            c = d.get(b)
+            if not isinstance(c, dict):
+                continue
+            vals = {
+                "P": _num(_lookup(c, "P")), "I": _num(_lookup(c, "I")), "S": _num(_lookup(c, "S")),
+                "C_S": _num(_lookup(c, "C_S", "coverage")),
+                "Fail-I": _num(_lookup(c, "Fail-I", "fail_I", "fail_i_pct", "fail_I_pct", "failI")),
+                "OPIS": _num(_lookup(c, "OPIS")),
+            }
+            per_model[m][b] = vals
+            rows.append({"model": m, "bin": b, **vals})
+    return rows, per_model
+
+
+def _coverage_rows(strict: dict, models: list[str]) -> list[dict]:
+    rows = []
+    for m in models:
+        c = strict["models"][m].get("coverage") or {}
+        rows.append({
+            "model": m, "C_P": _num(_lookup(c, "C_P")), "C_I": _num(_lookup(c, "C_I")),
+            "static": _num(_lookup(c, "static", "Static%")), "dynamic": _num(_lookup(c, "dynamic", "Dynamic%")),
+            "unknown": _num(_lookup(c, "unknown", "Unknown%")), "no_s": _lookup(c, "no_s", "No-S"),
+        })
+    return rows
+
+
+# ---------------------------------------------------------------- per-case views
+
+
+def _pick_frames(n: int, k: int) -> list[int]:
+    if n <= 0 or k <= 0:
+        return []
+    return sorted(set(int(round(x)) for x in np.linspace(0, n - 1, min(k, n))))
+
+
+def _reference_view(case_dir: Path | None, thumb_side: int, notes: list[str]) -> dict | None:
+    if case_dir is None:
+        return None
+    from worldeval.opis.case import CaseError, load_case
+
+    try:
+        case = load_case(case_dir, with_geometry=False)
+    except CaseError as exc:
+        notes.append(f"reference image unavailable: {exc}")
+        return None
+    img, scale = images.downscale(case.image, thumb_side)
+    insts = case.instances
+    boxes = [(inst.bbox, images.REFERENCE_COLOR, inst.id if len(insts) <= 12 else None) for inst in insts]
+    return {
+        "uri": images.jpeg_data_uri(images.draw_boxes(img, boxes, scale, thickness=1)),
+        "caption": f"I0 with {len(insts)} reference instances",
+        "instruction": case.spec.instruction,
+    }
+
+
+def _frame_strip(record: dict, video: Path | None, k: int, thumb_side: int, notes: list[str]) -> list[dict]:
+    from worldeval.media import MediaError, decode_frames
+
+    recs = [f for f in record.get("frames", []) if isinstance(f, dict) and "frame" in f]
+    chosen = [recs[i] for i in _pick_frames(len(recs), k)]
+    if not chosen:
+        return []
+    if video is None:
+        notes.append(f"rollout video {record.get('video')!r} not found; frames not shown")
+        return []
+    try:
+        sampled = decode_frames(video, [int(f["frame"]) for f in chosen], max_side=thumb_side)
+    except (MediaError, ValueError) as exc:
+        notes.append(f"rollout video unusable: {exc}")
+        return []
+    scale = sampled.frames[0].shape[1] / float(sampled.info.width) if sampled.info.width else 1.0
+    strip = []
+    for f, arr in zip(chosen, sampled.frames):
+        boxes, counts = [], {"matched": 0, "missing": 0, "extra": 0}
+        other = 0
+        for obj in f.get("objects") or []:
+            st = obj.get("status")
+            if st in images.STATUS_COLORS:
+                counts[st] += 1
+                if obj.get("box") is not None:
+                    boxes.append((obj.get("box"), images.STATUS_COLORS[st], None))
+            else:
+                other += 1
+        t = _num(f.get("time_s"))
+        caption = (f"frame {int(f['frame'])}" + (f" · {t:.2f} s" if t is not None else "")
+                   + f" · {counts['matched']} matched · {counts['missing']} missing · {counts['extra']} extra"
+                   + (f" · {other} not assessable" if other else ""))
+        strip.append({"uri": images.jpeg_data_uri(images.draw_boxes(arr, boxes, scale)), "caption": caption})
+    return strip
+
+
+def _locate(run: OpisRun, record: dict | None, model: str, case_id: str) -> tuple[Path | None, Path | None]:
+    """Case folder and rollout video of one (model, case), from the frames record or the manifest."""
+    bases = [run.root, run.root.parent, Path.cwd()]
+    man = run.manifest or {}
+    cfg = man.get("config") if isinstance(man.get("config"), dict) else {}
+    case_dir = video = None
+    if record:
+        case_dir = resolve_path(record.get("case_dir"), bases)
+        video = resolve_path(record.get("video"), bases)
+    if case_dir is None:
+        ds = resolve_path(man.get("dataset") or cfg.get("dataset"), bases)
+        if ds is not None and (ds / case_id / "case.json").exists():
+            case_dir = ds / case_id
+    if video is None:
+        ro = man.get("rollouts") or cfg.get("rollouts")
+        if isinstance(ro, dict):
+            ro = ro.get(model)
+        rdir = resolve_path(ro, bases)
+        if rdir is not None and rdir.is_dir():
+            hits = sorted(rdir.glob(f"{case_id}.*"))
+            video = hits[0] if hits else None
+    return case_dir, video
+
+
+def _read_runs_archive(runs: list[OpisRun], notes: list[str]) -> pd.DataFrame:
+    """Archive rows of every run, read the way scoring reads them (fresh parts replace stale consolidations)."""
+    from worldeval.opis.archive import read_archive
+
+    frames = []
+    for r in runs:
+        if not r.archive_files:
+            notes.append(f"{r.root}: no measurement archive")
+            continue
+        try:
+            frames.append(read_archive([r.root], validate=False))
+        except Exception as exc:  # fall back to the plain files so a damaged part hides only itself
+            notes.append(f"{r.root}: archive not readable as a whole ({exc}); reading files one by one")
+            frames.append(read_archives(r.archive_files, notes))
+    if not frames:
+        return read_archives([], notes)
+    df = pd.concat(frames, ignore_index=True)
+    for col in ("model", "case_id", "domain", "subcategory", "visibility", "track", "structure_source", "instance_id"):
+        if col in df and isinstance(df[col].dtype, pd.CategoricalDtype):
+            df[col] = df[col].astype(object)
+    return df
+
+
+def build_opis(runs: list[OpisRun], *, score_fn: ScoreFn | None = None, bootstrap: int = 2000, seed: int = 0,
+               variants: tuple[str, ...] = VARIANTS, max_cases: int = 20, frames_per_case: int = 4,
+               thumb_side: int = 224) -> dict:
+    score_fn = score_fn or default_score_fn
+    notes = [n for r in runs for n in r.notes]
+    errors: list[str] = []
+    paths = [r.root for r in runs]
+
+    scores: dict[str, dict] = {}
+    for var in variants:
+        try:
+            # Only the strict score carries CIs; the variants are point estimates (OPIS Table 5).
+            scores[var] = score_fn(paths, var, bootstrap if var == "strict" else 0, seed)
+        except Exception as exc:  # scoring reports bad archives with its own clear errors
+            errors.append(f"scoring ({var}) failed: {type(exc).__name__}: {exc}")
+    strict = scores.get("strict") or {"models": {}, "cases": []}
+    strict.setdefault("models", {})
+    leaderboard = _leaderboard(strict)
+    models = [r["model"] for r in leaderboard]
+    config = strict.get("config") or {}
+    tau_i = _num(_lookup(config, "tau_I", "tau_i")) or DEFAULT_TAU
+    tau_s = _num(_lookup(config, "tau_S", "tau_s")) or DEFAULT_TAU
+
+    var_rows, deltas = [], {v: {} for v in variants if v != "strict"}
+    for m in models:
+        vals = []
+        base = _num(strict["models"][m].get("OPIS"))
+        for v in variants:
+            x = _num(((scores.get(v) or {}).get("models") or {}).get(m, {}).get("OPIS"))
+            vals.append(x)
+            if v != "strict":
+                deltas[v][m] = None if x is None or base is None else x - base
+        var_rows.append({"model": m, "values": vals})
+
+    domains = _group_table(strict, models, "domains")
+    subcats = _group_table(strict, models, "subcategories")
+    density_rows, density_pm = _diag_rows(strict, models, "density", DENSITY_BINS)
+    temporal_rows, temporal_pm = _diag_rows(strict, models, "temporal", INTERVALS)
+
+    figs: dict[str, str] = {}
+    if models:
+        try:
+            figs["heatmap"] = plots.domain_heatmap(
+                models, domains["columns"],
+                {r["model"]: dict(zip(domains["columns"], (c["OPIS"] for c in r["cells"]))) for r in domains["rows"]})
+            if deltas:
+                figs["variants"] = plots.variant_deltas(models, list(deltas), deltas)
+            if any(density_pm.values()):
+                figs["density"] = plots.density_panels([b for b in DENSITY_BINS], density_pm)
+            if any(temporal_pm.values()):
+                figs["temporal"] = plots.temporal_panels([i for i in INTERVALS], temporal_pm)
+        except Exception as exc:  # a plot must never take the tables down with it
+            errors.append(f"plotting failed: {type(exc).__name__}: {exc}")
+
+    # ---- per-case views
+    case_scores = {(c.get("model"), c.get("case_id")): c for c in strict.get("cases") or []}
+    archive = _read_runs_archive(runs, notes)
+    pairs: dict[tuple[str, str], OpisRun] = {}
+    for r in runs:
+        for key in list(r.frames) + list(r.status):
+            pairs.setdefault(key, r)
+        if not archive.empty:
+            for key in archive[["model", "case_id"]].drop_duplicates().itertuples(index=False):
+                pairs.setdefault((str(key[0]), str(key[1])), r)
+    for key in case_scores:
+        if key not in pairs and runs:
+            pairs[key] = runs[0]
+    all_cases = sorted({c for _, c in pairs})
+    shown = all_cases[:max_cases] if max_cases >= 0 else all_cases
+    order = {m: k for k, m in enumerate(models)}
+    grouped = {k: g for k, g in archive.groupby(["model", "case_id"])} if not archive.empty else {}
+
+    case_rows = []
+    for (m, c), cs in sorted(case_scores.items(), key=lambda kv: (str(kv[0][1]), order.get(kv[0][0], 1e9))):
+        case_rows.append({
+            "model": m, "case_id": c, "domain": cs.get("domain"), "subcategory": cs.get("subcategory"),
+            "P": _num(cs.get("P")), "I": _num(cs.get("I")), "S": _num(cs.get("S")), "C_S": _num(cs.get("C_S")),
+            "OPIS": _num(cs.get("OPIS")), "flags": ", ".join(map(str, cs.get("flags") or [])),
+            "anchor": slug("rollout", m, c) if c in shown else None,
+        })
+
+    sections = []
+    for case_id in shown:
+        case_models = sorted((m for (m, c) in pairs if c == case_id), key=lambda m: (order.get(m, 1e9), m))
+        sec = {"case_id": case_id, "anchor": slug("case", case_id), "reference": None, "models": [], "notes": [],
+               "domain": None, "subcategory": None}
+        for m in case_models:
+            run = pairs[(m, case_id)]
+            mnotes: list[str] = []
+            record = None
+            if (m, case_id) in run.frames:
+                record = read_frames_record(run.frames[(m, case_id)], mnotes)
+            else:
+                mnotes.append("no frames record")
+            case_dir, video = _locate(run, record, m, case_id)
+            if sec["reference"] is None:
+                sec["reference"] = _reference_view(case_dir, thumb_side, sec["notes"])
+            strip = _frame_strip(record, video, frames_per_case, thumb_side, mnotes) if record else []
+            rows = grouped.get((m, case_id))
+            timeline = None
+            if rows is not None and not rows.empty:
+                sec["domain"] = sec["domain"] or str(rows["domain"].iloc[0])
+                sec["subcategory"] = sec["subcategory"] or str(rows["subcategory"].iloc[0])
+                ser = frame_series(rows, tau_i, tau_s)
+                if ser["frame"]:
+                    try:
+                        timeline = plots.case_timeline(ser["time_s"], {k: ser[k] for k in ("P", "I", "S")},
+                                                       f"{m} · {case_id}")
+                    except Exception as exc:
+                        mnotes.append(f"timeline plot failed: {exc}")
+            else:
+                mnotes.append("no archive rows")
+            st = run.status.get((m, case_id)) or {}
+            err = st.get("error") if st.get("status") == "failed" else None
+            cs = case_scores.get((m, case_id)) or {}
+            sec["domain"] = sec["domain"] or cs.get("domain")
+            sec["subcategory"] = sec["subcategory"] or cs.get("subcategory")
+            sec["models"].append({
+                "model": m, "anchor": slug("rollout", m, case_id), "strip": strip, "timeline": timeline,
+                "scores": {k: _num(cs.get(k)) for k in ("P", "I", "S", "C_S", "OPIS")} if cs else None,
+                "flags": ", ".join(map(str, cs.get("flags") or [])),
+                "error": err, "notes": mnotes,
+            })
+        sections.append(sec)
+
+    return {
+        "present": bool(runs),
+        "leaderboard": leaderboard,
+        "variants": {"columns": list(variants), "rows": var_rows},
+        "domains": domains,
+        "subcategories": subcats,
+        "coverage": _coverage_rows(strict, models),
+        "density": density_rows,
+        "temporal": temporal_rows,
+        "figs": figs,
+        "case_rows": case_rows,
+        "sections": sections,
+        "omitted_cases": len(all_cases) - len(shown),
+        "config": config,
+        "bootstrap": bootstrap,
+        "errors": errors,
+        "notes": notes,
+        "runs": [{"root": str(r.root), "manifest": r.manifest,
+                  "failed": sum(1 for s in r.status.values() if s.get("status") == "failed"),
+                  "done": sum(1 for s in r.status.values() if s.get("status") == "done")} for r in runs],
+    }

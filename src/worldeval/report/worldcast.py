@@ -1,0 +1,218 @@
+"""The WorldCast part of the report: leaderboard and per-case step sequences.
+
+Scores come from `worldeval.worldcast.scoring.score_runs`; the per-case view
+reads `judgments.jsonl` directly to show each metric's score and the judge's
+evidence next to the judged step images.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Callable
+
+from worldeval.report import images, plots
+from worldeval.report.loaders import WorldCastRun, resolve_path
+from worldeval.report.opis import slug
+
+METRICS = ("PA", "OC", "CP", "VC")
+METRIC_MAX = {"PA": 2, "OC": 1, "CP": 3, "VC": 3}
+IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".webp")
+
+WcScoreFn = Callable[[list[Path]], dict]
+
+
+def default_score_fn(paths: list[Path]) -> dict:
+    from worldeval.worldcast import scoring
+
+    return scoring.score_runs([str(p) for p in paths])
+
+
+def _num(v: Any) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(f) else f
+
+
+def _failed(rec: dict) -> bool:
+    st = rec.get("status")
+    if isinstance(st, str) and st.lower() in ("failed", "failure", "error"):
+        return True
+    if rec.get("ok") is False:
+        return True
+    return bool(rec.get("error")) and rec.get("score") is None
+
+
+def collect_cases(run: WorldCastRun) -> dict[tuple[str, str], dict]:
+    """Group the run's judgment records into one entry per (model, case).
+
+    Records are one line per judge item (model, case, metric[, step]); the
+    latest line of an item wins, as a rerun replaces a failed call.
+    """
+    latest: dict[tuple, dict] = {}
+    for rec in run.judgments:
+        if isinstance(rec, dict) and {"model", "case_id", "metric"} <= rec.keys():
+            latest[(rec["model"], rec["case_id"], rec["metric"], rec.get("step"))] = rec
+    cases: dict[tuple[str, str], dict] = {}
+    for (model, case_id, metric, step), rec in latest.items():
+        e = cases.setdefault((str(model), str(case_id)), {
+            "model": str(model), "case_id": str(case_id), "category": rec.get("category"), "level": rec.get("level"),
+            "metrics": {}, "step_checks": {}, "interface": rec.get("interface"), "warnings": [],
+        })
+        e["category"] = e["category"] or rec.get("category")
+        e["level"] = e["level"] or rec.get("level")
+        e["interface"] = e["interface"] or rec.get("interface")
+        for w in rec.get("warnings") or []:
+            if w not in e["warnings"]:
+                e["warnings"].append(str(w))
+        item = {"score": rec.get("score") if not _failed(rec) else None, "evidence": rec.get("evidence"),
+                "failed": _failed(rec), "error": rec.get("error")}
+        name = str(metric).upper()
+        if name == "STEP" and step is not None:
+            e["step_checks"][int(step)] = item
+        elif name in METRICS:
+            e["metrics"][name] = item
+    return cases
+
+
+def _dataset_cases(run: WorldCastRun, notes: list[str]) -> dict:
+    """The run's WorldCast cases by id (instruction and input images), when its dataset is reachable."""
+    from worldeval.worldcast.cases import load_cases
+
+    man = run.manifest or {}
+    cfg = man.get("config") if isinstance(man.get("config"), dict) else {}
+    ds = resolve_path(cfg.get("dataset") or man.get("dataset"), [run.root, run.root.parent, Path.cwd()])
+    if ds is None:
+        return {}
+    try:
+        return {c.id: c for c in load_cases(ds)}
+    except (ValueError, OSError) as exc:
+        notes.append(f"WorldCast dataset not readable: {exc}")
+        return {}
+
+
+def _step_files(folder: Path) -> list[Path]:
+    def k(p: Path) -> int:
+        digits = "".join(ch for ch in p.stem.rsplit("_", 1)[-1] if ch.isdigit())
+        return int(digits) if digits else 0
+
+    return sorted((p for p in folder.glob("step_*.*") if p.suffix.lower() in IMAGE_EXTS), key=k)
+
+
+def _steps_from_outputs(run: WorldCastRun, model: str, case_id: str) -> list[Path]:
+    """The judged states of one output: the adapter's saved states (grid cells, video keyframes)
+    first, else the model's `step_k` images in the outputs folder the manifest names."""
+    saved = run.root / "states" / model / case_id
+    if saved.is_dir() and _step_files(saved):
+        return _step_files(saved)
+    man = run.manifest or {}
+    cfg = man.get("config") if isinstance(man.get("config"), dict) else {}
+    # The manifest names one outputs folder: that of the model judged last in this run folder.
+    if cfg.get("model") not in (None, model):
+        return []
+    outputs = resolve_path(cfg.get("outputs") or man.get("outputs"), [run.root, run.root.parent, Path.cwd()])
+    if outputs is not None and (outputs / case_id).is_dir():
+        return _step_files(outputs / case_id)
+    return []
+
+
+def _thumb(path: Path | None, side: int, notes: list[str]) -> str | None:
+    from worldeval.media import read_image
+
+    if path is None:
+        return None
+    try:
+        img, _ = images.downscale(read_image(path), side)
+    except ValueError as exc:
+        notes.append(str(exc))
+        return None
+    return images.jpeg_data_uri(img)
+
+
+def build_worldcast(runs: list[WorldCastRun], *, score_fn: WcScoreFn | None = None, max_cases: int = 20,
+                    thumb_side: int = 224) -> dict:
+    score_fn = score_fn or default_score_fn
+    errors: list[str] = []
+    notes = [n for r in runs for n in r.notes]
+    try:
+        scores = score_fn([r.root for r in runs])
+    except Exception as exc:
+        errors.append(f"WorldCast scoring failed: {type(exc).__name__}: {exc}")
+        scores = {"models": {}}
+    rows, cat_names = [], set()
+    for name, m in (scores.get("models") or {}).items():
+        cats = m.get("categories") or {}
+        cat_names.update(cats)
+        rows.append({"model": name, "final": _num(m.get("final")), "TC": _num(m.get("TC")), "CP": _num(m.get("CP")),
+                     "VC": _num(m.get("VC")), "L3": _num(m.get("L3")), "L4": _num(m.get("L4")),
+                     "categories": cats, "n_cases": m.get("n_cases"), "n_failed": m.get("n_failed"),
+                     "anchor": slug("wc-model", name)})
+    rows.sort(key=lambda r: (-(r["final"] if r["final"] is not None else -1e9), r["model"]))
+    for k, r in enumerate(rows, 1):
+        r["rank"] = k
+    categories = sorted(cat_names)
+    for r in rows:
+        r["cat_values"] = [_num(r["categories"].get(c)) for c in categories]
+    fig = None
+    if rows:
+        try:
+            fig = plots.worldcast_bars([r["model"] for r in rows], {r["model"]: r for r in rows},
+                                       ["final", "TC", "CP", "VC"])
+        except Exception as exc:
+            errors.append(f"plotting failed: {exc}")
+
+    order = {r["model"]: r["rank"] for r in rows}
+    all_cases: dict[tuple[str, str], tuple[WorldCastRun, dict]] = {}
+    datasets: dict[str, object] = {}
+    for run in runs:
+        for cid, case in _dataset_cases(run, notes).items():
+            datasets.setdefault(cid, case)
+        for key, e in collect_cases(run).items():
+            all_cases[key] = (run, e)
+    case_ids = sorted({c for _, c in all_cases})
+    shown = set(case_ids[:max_cases] if max_cases >= 0 else case_ids)
+    sections = []
+    for cid in case_ids:
+        if cid not in shown:
+            continue
+        entries = sorted((v for (m, c), v in all_cases.items() if c == cid),
+                         key=lambda v: (order.get(v[1]["model"], 1e9), v[1]["model"]))
+        case = datasets.get(cid)
+        sec = {"case_id": cid, "anchor": slug("wc-case", cid), "category": None, "level": None,
+               "instruction": getattr(case, "instruction", None), "inputs": [], "models": []}
+        inotes: list[str] = []
+        for img in getattr(case, "images", []) or []:
+            uri = _thumb(Path(img.path), thumb_side, inotes)
+            if uri:
+                sec["inputs"].append({"uri": uri, "caption": img.role})
+        for run, e in entries:
+            mnotes: list[str] = list(e["warnings"])
+            steps = []
+            for k, p in enumerate(_steps_from_outputs(run, e["model"], cid), 1):
+                uri = _thumb(p, thumb_side, mnotes)
+                if uri is None:
+                    continue
+                check = e["step_checks"].get(k)
+                caption = f"step {k}"
+                if check is not None:
+                    caption += " · step check: " + ("failed" if check["failed"] else f"{check['score']}/1")
+                steps.append({"uri": uri, "caption": caption})
+            for k in ("category", "level"):
+                sec[k] = sec[k] or e[k]
+            metrics = []
+            for mk in METRICS:
+                if mk in e["metrics"]:
+                    d = e["metrics"][mk]
+                    metrics.append({"name": mk, "score": d["score"], "max": METRIC_MAX[mk], "evidence": d["evidence"],
+                                    "failed": d["failed"], "error": d["error"]})
+            sec["models"].append({"model": e["model"], "anchor": slug("wc-rollout", e["model"], cid), "steps": steps,
+                                  "metrics": metrics, "notes": mnotes, "interface": e["interface"]})
+        sec["notes"] = inotes
+        sections.append(sec)
+    return {
+        "present": bool(runs), "leaderboard": rows, "categories": categories, "fig": fig, "sections": sections,
+        "omitted_cases": len(case_ids) - len(shown), "errors": errors, "notes": notes,
+        "runs": [{"root": str(r.root), "manifest": r.manifest} for r in runs],
+    }

@@ -1,0 +1,120 @@
+"""The report in a real browser: headless Chromium opens report.html from disk with the network off.
+
+Checks what a reader sees: the leaderboard rows in rank order, every image
+decoded (naturalWidth > 0), the per-case anchors, and that the page asked for
+nothing over the network. A screenshot is kept in test-artifacts/.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from test_report_fixtures import make_opis_run, make_worldcast_run
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
+
+
+def _chromium() -> tuple[str, str]:
+    browser = next((shutil.which(n) for n in ("chromium", "chromium-browser") if shutil.which(n)), None)
+    driver = shutil.which("chromedriver") or ("/usr/bin/chromedriver" if Path("/usr/bin/chromedriver").exists() else None)
+    if not browser or not driver:
+        pytest.skip("headless Chromium not installed (Debian packages chromium and chromium-driver)")
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        pytest.skip("selenium not installed (pip install -e '.[test]')")
+    return browser, driver
+
+
+@pytest.fixture(scope="module")
+def report_file(tmp_path_factory) -> Path:
+    from worldeval.report import build_report
+
+    root = tmp_path_factory.mktemp("browser")
+    runs = [make_opis_run(root), make_worldcast_run(root)]
+    return build_report(runs, root / "report.html", bootstrap=100)
+
+
+@pytest.fixture(scope="module")
+def browser(report_file):
+    browser_bin, driver_bin = _chromium()
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    profile = tempfile.mkdtemp(prefix="worldeval-chromium-")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = browser_bin
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
+                 f"--user-data-dir={profile}", "--window-size=1400,1000",
+                 # Any request that tries to leave the machine goes to a dead proxy and fails.
+                 "--proxy-server=http://127.0.0.1:9", "--proxy-bypass-list=<-loopback>"):
+        opts.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(executable_path=driver_bin), options=opts)
+    try:
+        driver.execute_cdp_cmd("Network.enable", {})
+        driver.execute_cdp_cmd("Network.emulateNetworkConditions", {
+            "offline": True, "latency": 0, "downloadThroughput": 0, "uploadThroughput": 0})
+        driver.get(report_file.resolve().as_uri())
+        driver.execute_script("return document.readyState")
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def test_leaderboards_render_in_rank_order(browser):
+    from selenium.webdriver.common.by import By
+
+    rows = browser.find_elements(By.CSS_SELECTOR, "#opis-leaderboard tr.leaderboard-row")
+    assert [r.get_attribute("data-model") for r in rows] == ["steady", "leaky"]
+    cells = [c.text for c in rows[0].find_elements(By.TAG_NAME, "td")]
+    # steady: every object matched, a = 0.9, s = 0.8 everywhere -> 100, 90, 80, C_S 100, OPIS 88
+    assert cells[:6] == ["1", "steady", "100.00", "90.00", "80.00", "100.00"]
+    assert cells[6].startswith("88.00")
+    leaky = [c.text for c in rows[1].find_elements(By.TAG_NAME, "td")]
+    assert leaky[1] == "leaky" and leaky[6].startswith("58.00")
+
+    wc = browser.find_elements(By.CSS_SELECTOR, "#worldcast-leaderboard tr.leaderboard-row")
+    assert [r.get_attribute("data-model") for r in wc] == ["painter"]
+    assert wc[0].find_elements(By.TAG_NAME, "td")[2].text == "83.00"
+
+
+def test_every_image_loaded_and_nothing_fetched(browser):
+    imgs = browser.execute_script(
+        "return Array.from(document.images).map(i => [i.complete, i.naturalWidth, i.getAttribute('alt'),"
+        " i.getAttribute('src').slice(0, 22)])")
+    # 2 references + 2 models x 2 cases x 4 frames + 4 timelines + 4 diagnostic plots
+    # + WorldCast bar plot + 2 inputs + 2 cases x 2 steps
+    assert len(imgs) == 2 + 16 + 4 + 4 + 1 + 2 + 4
+    broken = [alt for complete, width, alt, _ in imgs if not complete or width <= 0]
+    assert not broken, f"images that did not load: {broken}"
+    assert all(src.startswith("data:image/") for *_, src in imgs)
+    fetched = browser.execute_script(
+        "return performance.getEntriesByType('resource').map(e => e.name).filter(n => !n.startsWith('data:'))")
+    assert fetched == []
+
+
+def test_case_anchors_and_screenshot(browser):
+    from selenium.webdriver.common.by import By
+
+    link = browser.find_element(By.CSS_SELECTOR, "#opis-case-table a[href='#rollout-leaky-case_a']")
+    link.click()
+    target = browser.find_element(By.ID, "rollout-leaky-case_a")
+    assert "leaky" in target.find_element(By.TAG_NAME, "h4").text
+    assert browser.execute_script("return location.hash") == "#rollout-leaky-case_a"
+    ARTIFACTS.mkdir(exist_ok=True)
+    browser.execute_script("window.scrollTo(0, 0)")
+    assert browser.save_screenshot(str(ARTIFACTS / "report_top.png"))
+    target = browser.find_element(By.ID, "case-case_a")
+    browser.execute_script("arguments[0].scrollIntoView()", target)
+    assert browser.save_screenshot(str(ARTIFACTS / "report_case.png"))
+    browser.execute_script("document.getElementById('worldcast-cases').scrollIntoView()")
+    assert browser.save_screenshot(str(ARTIFACTS / "report_worldcast.png"))
+    assert (ARTIFACTS / "report_top.png").stat().st_size > 10_000
