@@ -2,13 +2,38 @@
 
 One row per sampled frame x reference instance, plus one row per confirmed
 extra observation. Stored as Parquet with one declared schema.
+
+Layout of a run folder (all of it is read together by `read_archive`)::
+
+    RUN/measurements.parquet            any number of models in one file
+    RUN/measurements/<model>.parquet    one consolidated file per model
+    RUN/parts/<model>/<case_id>.parquet one file per evaluated (model, case)
+
+The evaluator writes one part per finished (model, case) with
+`write_case_part`, so a crash loses at most the case in flight and a rerun
+only redoes cases without a part. `consolidate` merges the parts of each model
+into `measurements/<model>.parquet`. The parts stay the source of truth: when
+a part is newer than the consolidated file of its model (a resumed run added
+or redid cases), `read_archive` takes that case from the part.
+
+Floats: inside pandas a missing appearance/structure is NaN (pandas cannot
+tell NaN from null in a float column), so `write_*` stores NaN as null. Inside
+a Parquet file a real NaN is an error, because it usually means a broken
+computation rather than "no evidence".
 """
 
 from __future__ import annotations
 
+import os
+import re
+import tempfile
 from pathlib import Path
+from typing import Iterable, Sequence
 
+import numpy as np
+import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 VISIBILITY = ("expected_visible", "occluded", "out_of_view", "too_small", "unknown")
@@ -37,3 +62,535 @@ SCHEMA = pa.schema(
 )
 COLUMNS = tuple(SCHEMA.names)
 KEY = ("model", "case_id", "frame", "instance_id")
+
+STRING_COLUMNS = tuple(f.name for f in SCHEMA if pa.types.is_string(f.type))
+INT_COLUMNS = tuple(f.name for f in SCHEMA if pa.types.is_integer(f.type))
+FLOAT_COLUMNS = tuple(f.name for f in SCHEMA if pa.types.is_floating(f.type))
+BOOL_COLUMNS = tuple(f.name for f in SCHEMA if pa.types.is_boolean(f.type))
+REQUIRED_NON_NULL = tuple(f.name for f in SCHEMA if not f.nullable)
+
+SINGLE_FILE = "measurements.parquet"
+PER_MODEL_DIR = "measurements"
+PARTS_DIR = "parts"
+
+# Strings are read dictionary-encoded (pandas categoricals): the archive repeats
+# a handful of labels millions of times, and scoring works on the integer codes.
+_READ_SCHEMA = pa.schema(
+    [
+        pa.field(f.name, pa.dictionary(pa.int32(), pa.string()) if f.name in STRING_COLUMNS else f.type)
+        for f in SCHEMA
+    ]
+)
+
+
+class ArchiveError(ValueError):
+    """A measurement archive that violates SPEC section 3; the message names file, column and row."""
+
+    def __init__(self, message: str, *, path: str | None = None, column: str | None = None, row: int | None = None):
+        self.path, self.column, self.row = path, column, row
+        super().__init__(f"{path}: {message}" if path else message)
+
+
+# ----------------------------------------------------------------------------- writing
+
+
+def _atomic_write_table(table: pa.Table, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        pq.write_table(table, tmp, compression="zstd")
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return path
+
+
+def to_table(data: pd.DataFrame | pa.Table) -> pa.Table:
+    """Cast a DataFrame or table to the declared SCHEMA (column order, types); NaN floats become null."""
+    if isinstance(data, pa.Table):
+        missing = [c for c in COLUMNS if c not in data.column_names]
+        if missing:
+            raise ArchiveError(f"missing columns: {', '.join(missing)}", column=missing[0])
+        cols = []
+        for f in SCHEMA:
+            col = data.column(f.name)
+            if pa.types.is_dictionary(col.type):
+                col = col.cast(f.type)
+            if pa.types.is_floating(f.type):
+                col = pc.if_else(pc.is_nan(col.cast(pa.float64())), None, col.cast(pa.float64()))
+            cols.append(col.cast(f.type) if col.type != f.type else col)
+        return pa.Table.from_arrays(cols, schema=SCHEMA)
+    missing = [c for c in COLUMNS if c not in data.columns]
+    if missing:
+        raise ArchiveError(f"missing columns: {', '.join(missing)}", column=missing[0])
+    out = {}
+    for f in SCHEMA:
+        s = data[f.name]
+        if isinstance(s.dtype, pd.CategoricalDtype):
+            s = s.astype(object).where(s.notna(), None)
+        try:
+            out[f.name] = pa.array(s, type=f.type, from_pandas=True)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
+            raise ArchiveError(f"column {f.name!r}: cannot store as {f.type}: {exc}", column=f.name) from exc
+    try:
+        return pa.Table.from_pydict(out, schema=SCHEMA)
+    except (pa.ArrowInvalid, ValueError) as exc:
+        raise ArchiveError(f"cannot build archive table: {exc}") from exc
+
+
+def write_archive(data: pd.DataFrame | pa.Table, path: str | Path, validate: bool = True) -> Path:
+    """Validate and write measurements to one Parquet file (temporary file, then rename)."""
+    table = to_table(data)
+    if validate:
+        validate_archive(table.to_pandas(), source=str(path))
+    return _atomic_write_table(table, Path(path))
+
+
+_SAFE_NAME = re.compile(r"^[^/\\\x00]+$")
+
+
+def _check_name(kind: str, name: str) -> str:
+    name = str(name)
+    if not name or name in (".", "..") or name.startswith(".") or not _SAFE_NAME.match(name):
+        raise ArchiveError(f"{kind} {name!r} cannot be used as a file name (no '/', '\\', leading '.')")
+    return name
+
+
+def part_path(run_dir: str | Path, model: str, case_id: str) -> Path:
+    return Path(run_dir) / PARTS_DIR / _check_name("model", model) / f"{_check_name('case_id', case_id)}.parquet"
+
+
+def write_case_part(run_dir: str | Path, model: str, case_id: str, df: pd.DataFrame | pa.Table) -> Path:
+    """Write the rows of one evaluated (model, case) to `parts/<model>/<case_id>.parquet` atomically.
+
+    The rows must all belong to that model and case; they are validated first,
+    so a bad part fails where it is produced rather than at scoring time.
+    """
+    table = to_table(df)
+    path = part_path(run_dir, model, case_id)
+    frame = table.to_pandas()
+    bad = (frame["model"] != model) | (frame["case_id"] != case_id)
+    if bad.any():
+        i = int(np.flatnonzero(bad.to_numpy())[0])
+        raise ArchiveError(
+            f"row {i}: belongs to ({frame['model'].iat[i]!r}, {frame['case_id'].iat[i]!r}), "
+            f"not to the part ({model!r}, {case_id!r})",
+            path=str(path),
+            column="case_id",
+            row=i,
+        )
+    validate_archive(frame, source=str(path))
+    return _atomic_write_table(table, path)
+
+
+def consolidate(run_dir: str | Path, models: Iterable[str] | None = None) -> list[Path]:
+    """Merge `parts/<model>/*.parquet` into `measurements/<model>.parquet` for each model.
+
+    Idempotent and safe to rerun after a resumed evaluation: the consolidated
+    file is rebuilt from all parts of the model. Parts are kept (they remain
+    the source of truth for `read_archive`).
+    """
+    run_dir = Path(run_dir)
+    parts_root = run_dir / PARTS_DIR
+    written: list[Path] = []
+    if not parts_root.is_dir():
+        return written
+    names = sorted(models) if models is not None else sorted(p.name for p in parts_root.iterdir() if p.is_dir())
+    for model in names:
+        files = sorted((parts_root / _check_name("model", model)).glob("*.parquet"))
+        if not files:
+            continue
+        table = pa.concat_tables([_read_checked(f) for f in files])
+        table = to_table(table)
+        validate_archive(table.to_pandas(), source=str(parts_root / model))
+        written.append(_atomic_write_table(table, run_dir / PER_MODEL_DIR / f"{model}.parquet"))
+    return written
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def _type_ok(name: str, t: pa.DataType) -> bool:
+    if pa.types.is_null(t):
+        return name not in REQUIRED_NON_NULL
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    if name in STRING_COLUMNS:
+        return pa.types.is_string(t) or pa.types.is_large_string(t)
+    if name in INT_COLUMNS:
+        return pa.types.is_integer(t)
+    if name in FLOAT_COLUMNS:
+        return pa.types.is_floating(t) or pa.types.is_integer(t)
+    if name in BOOL_COLUMNS:
+        return pa.types.is_boolean(t)
+    return True
+
+
+def _read_checked(path: Path) -> pa.Table:
+    """Read one Parquet file, check columns and types, cast to the read schema."""
+    try:
+        schema = pq.read_schema(path)
+    except Exception as exc:
+        raise ArchiveError(f"not a readable Parquet file: {exc}", path=str(path)) from exc
+    missing = [c for c in COLUMNS if c not in schema.names]
+    if missing:
+        raise ArchiveError(f"missing columns: {', '.join(missing)}", path=str(path), column=missing[0])
+    for name in COLUMNS:
+        t = schema.field(name).type
+        if not _type_ok(name, t):
+            expected = SCHEMA.field(name).type
+            raise ArchiveError(f"column {name!r} has type {t}, expected {expected}", path=str(path), column=name)
+    try:
+        table = pq.read_table(path, columns=list(COLUMNS), read_dictionary=list(STRING_COLUMNS))
+    except Exception as exc:
+        raise ArchiveError(f"cannot read: {exc}", path=str(path)) from exc
+    for name in FLOAT_COLUMNS:
+        col = table.column(name)
+        if pa.types.is_floating(col.type):
+            nan = pc.is_nan(col).fill_null(False)
+            if pc.any(nan).as_py():
+                row = int(np.flatnonzero(nan.to_numpy(zero_copy_only=False))[0])
+                raise ArchiveError(
+                    f"row {row}: column {name!r} is NaN (store missing evidence as null)",
+                    path=str(path),
+                    column=name,
+                    row=row,
+                )
+    cols = []
+    for f in _READ_SCHEMA:
+        col = table.column(f.name)
+        if col.type != f.type:
+            try:
+                col = col.cast(f.type)
+            except pa.ArrowInvalid as exc:
+                raise ArchiveError(f"column {f.name!r}: {exc}", path=str(path), column=f.name) from exc
+        cols.append(col)
+    return pa.Table.from_arrays(cols, schema=_READ_SCHEMA)
+
+
+def archive_files(path: str | Path) -> list[tuple[Path, frozenset[str]]]:
+    """The Parquet files a run folder (or file) contributes, each with the case ids to leave out of it.
+
+    Raises ArchiveError when nothing is found, naming the folder.
+    """
+    path = Path(path)
+    if path.is_file():
+        return [(path, frozenset())]
+    if not path.is_dir():
+        raise ArchiveError("no such file or folder", path=str(path))
+    out: list[tuple[Path, frozenset[str]]] = []
+    single = path / SINGLE_FILE
+    if single.is_file():
+        out.append((single, frozenset()))
+    consolidated = {p.stem: p for p in sorted((path / PER_MODEL_DIR).glob("*.parquet"))}
+    parts_root = path / PARTS_DIR
+    part_models = {p.name: p for p in sorted(parts_root.iterdir()) if p.is_dir()} if parts_root.is_dir() else {}
+    for model in sorted(set(consolidated) | set(part_models)):
+        parts = sorted(part_models[model].glob("*.parquet")) if model in part_models else []
+        if model in consolidated:
+            cfile = consolidated[model]
+            cm = cfile.stat().st_mtime_ns
+            fresh = [p for p in parts if p.stat().st_mtime_ns > cm]
+            # A part newer than the consolidated file (resumed run) replaces its case.
+            out.append((cfile, frozenset(p.stem for p in fresh)))
+            out.extend((p, frozenset()) for p in fresh)
+        else:
+            out.extend((p, frozenset()) for p in parts)
+    if not out:
+        raise ArchiveError(
+            f"no measurements found (expected {SINGLE_FILE}, {PER_MODEL_DIR}/<model>.parquet or "
+            f"{PARTS_DIR}/<model>/<case_id>.parquet)",
+            path=str(path),
+        )
+    return out
+
+
+def read_archive(paths: str | Path | Sequence[str | Path], validate: bool = True) -> pd.DataFrame:
+    """Read measurements from run folders and/or Parquet files into one DataFrame.
+
+    String columns come back as pandas categoricals. With `validate` (default)
+    every rule of `validate_archive` is checked and violations raise
+    ArchiveError naming the file, column and row.
+    """
+    return read_archive_with_keys(paths, validate)[0]
+
+
+def read_archive_with_keys(
+    paths: str | Path | Sequence[str | Path], validate: bool = True
+) -> tuple[pd.DataFrame, "ArchiveKeys | None"]:
+    """`read_archive`, also returning the row keys computed by validation (None without it)."""
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    if not paths:
+        raise ArchiveError("no archive paths given")
+    tables: list[pa.Table] = []
+    sources: list[tuple[str, int]] = []
+    start = 0
+    for p in paths:
+        for f, exclude in archive_files(p):
+            t = _read_checked(f)
+            if exclude:
+                drop = pa.array(sorted(exclude), pa.string())
+                t = t.filter(pc.invert(pc.is_in(t.column("case_id").cast(pa.string()), value_set=drop)))
+            sources.append((str(f), start))
+            start += t.num_rows
+            tables.append(t)
+    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    df = table.to_pandas()
+    for name in STRING_COLUMNS:
+        if not isinstance(df[name].dtype, pd.CategoricalDtype):
+            df[name] = df[name].astype("category")
+    keys = validate_archive(df, sources=sources) if validate else None
+    return df, keys
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def _locate(row: int, sources: Sequence[tuple[str, int]] | None, source: str | None) -> tuple[str | None, int]:
+    if sources:
+        starts = [s for _, s in sources]
+        k = int(np.searchsorted(starts, row, side="right") - 1)
+        return sources[k][0], row - sources[k][1]
+    return source, row
+
+
+def _codes(s: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Integer codes (-1 for null) and the labels, for categorical or plain string columns."""
+    if isinstance(s.dtype, pd.CategoricalDtype):
+        return s.cat.codes.to_numpy(), np.asarray(s.cat.categories, dtype=object)
+    codes, uniques = pd.factorize(s, use_na_sentinel=True)
+    return codes, np.asarray(uniques, dtype=object)
+
+
+def validate_archive(
+    df: pd.DataFrame, source: str | None = None, sources: Sequence[tuple[str, int]] | None = None
+) -> "ArchiveKeys | None":
+    """Check every SPEC section 3 rule; raise ArchiveError naming column and (file) row of the first violation.
+
+    `source` names the file the whole frame came from; `sources` is a list of
+    (file, first_row) when the frame concatenates several files. Returns the
+    row keys it computed (`ArchiveKeys`) so scoring need not recompute them.
+    """
+    n = len(df)
+    df_index = np.arange(n)
+
+    def fail(column: str, mask: np.ndarray, what: str) -> None:
+        rows = df_index[mask]
+        if len(rows):
+            row = int(rows[0])
+            path, local = _locate(row, sources, source)
+            ident = []
+            for c in ("model", "case_id", "frame", "instance_id"):
+                if c in df.columns:
+                    v = df[c].iat[row]
+                    ident.append(f"{c}={(v.item() if hasattr(v, 'item') else v)!r}")
+            raise ArchiveError(
+                f"row {local} ({', '.join(ident)}): column {column!r} {what}"
+                + (f" [{len(rows)} rows affected]" if len(rows) > 1 else ""),
+                path=path,
+                column=column,
+                row=local,
+            )
+
+    missing = [c for c in COLUMNS if c not in df.columns]
+    if missing:
+        raise ArchiveError(f"missing columns: {', '.join(missing)}", path=source, column=missing[0])
+
+    # Types (pandas level; file-level types were checked on read).
+    for c in COLUMNS:
+        s = df[c]
+        dt = s.dtype
+        if c in STRING_COLUMNS:
+            if isinstance(dt, pd.CategoricalDtype):
+                ok = len(dt.categories) == 0 or pd.api.types.infer_dtype(dt.categories, skipna=True) == "string"
+            else:
+                ok = pd.api.types.is_string_dtype(dt) and pd.api.types.infer_dtype(s, skipna=True) in ("string", "empty")
+            if not ok:
+                raise ArchiveError(f"column {c!r} must hold strings (got {dt})", path=source, column=c)
+        elif c in INT_COLUMNS:
+            if not pd.api.types.is_integer_dtype(dt):
+                raise ArchiveError(f"column {c!r} must be integer (got {dt})", path=source, column=c)
+        elif c in FLOAT_COLUMNS:
+            if not (pd.api.types.is_float_dtype(dt) or pd.api.types.is_integer_dtype(dt)) or pd.api.types.is_bool_dtype(dt):
+                raise ArchiveError(f"column {c!r} must be float (got {dt})", path=source, column=c)
+        elif c in BOOL_COLUMNS:
+            if not pd.api.types.is_bool_dtype(dt):
+                raise ArchiveError(f"column {c!r} must be boolean (got {dt})", path=source, column=c)
+    if n == 0:
+        return None
+
+    for c in REQUIRED_NON_NULL:
+        fail(c, df[c].isna().to_numpy(), "is null")
+
+    extra = df["extra"].to_numpy(dtype=bool)
+    matched = df["matched"].to_numpy(dtype=bool)
+    ambiguous = df["ambiguous"].to_numpy(dtype=bool)
+
+    vis_codes, vis_labels = _codes(df["visibility"])
+    bad_label = np.array([lab not in VISIBILITY for lab in vis_labels], dtype=bool)
+    if bad_label.any():
+        fail("visibility", (vis_codes >= 0) & bad_label[np.maximum(vis_codes, 0)],
+             f"has an unknown label (allowed: {', '.join(VISIBILITY)})")
+    lab_idx = {lab: i for i, lab in enumerate(vis_labels)}
+    expected = vis_codes == lab_idx.get("expected_visible", -2)
+    unknown = vis_codes == lab_idx.get("unknown", -2)
+
+    track_codes, track_labels = _codes(df["track"])
+    bad_track = np.array([lab not in TRACKS for lab in track_labels], dtype=bool)
+    if bad_track.any():
+        fail("track", (track_codes >= 0) & bad_track[np.maximum(track_codes, 0)],
+             f"has an unknown label (allowed: {', '.join(TRACKS)})")
+    src_codes, src_labels = _codes(df["structure_source"])
+    bad_src = np.array([lab not in STRUCTURE_SOURCES for lab in src_labels], dtype=bool)
+    if bad_src.any():
+        fail("structure_source", (src_codes >= 0) & bad_src[np.maximum(src_codes, 0)],
+             f"has an unknown label (allowed: {', '.join(STRUCTURE_SOURCES)})")
+
+    inst_null = df["instance_id"].isna().to_numpy()
+    fail("instance_id", extra & ~inst_null, "must be null on an extra row")
+    fail("instance_id", ~extra & inst_null, "is null on a reference-instance row (extra=false)")
+    fail("visibility", ~extra & (vis_codes < 0), "is null on a reference-instance row")
+    fail("track", ~extra & (track_codes < 0), "is null on a reference-instance row")
+    fail("track", extra & (track_codes >= 0), "must be null on an extra row")
+    fail("matched", extra & matched, "is true on an extra row (an extra is by definition unmatched)")
+    fail("ambiguous", extra & ambiguous, "is true on an extra row")
+    fail("matched", matched & ~expected, "is true but visibility is not expected_visible")
+    fail("ambiguous", ambiguous & ~(unknown & ~matched), "is true but the row is not visibility=unknown, matched=false")
+
+    for c in ("appearance", "structure"):
+        v = df[c].to_numpy(dtype=float, na_value=np.nan)
+        fail(c, ~np.isnan(v) & ((v < 0.0) | (v > 1.0)), "is outside [0, 1]")
+    structure = df["structure"].to_numpy(dtype=float, na_value=np.nan)
+    fail("structure", extra & ~np.isnan(structure), "must be null on an extra row")
+
+    nref = df["n_reference"].to_numpy()
+    fail("n_reference", nref < 0, "is negative")
+    frame = df["frame"].to_numpy()
+    fail("frame", frame < 0, "is negative")
+    tsec = df["time_s"].to_numpy(dtype=float)
+    fail("time_s", ~np.isfinite(tsec) | (tsec < 0), "must be a finite number >= 0")
+
+    keys = archive_keys(df)
+    case_key, frame_key = keys.case, keys.frame
+
+    for c in ("domain", "subcategory", "n_reference"):
+        codes = np.asarray(_codes(df[c])[0] if c != "n_reference" else nref)
+        fail(c, codes != codes[keys.first_row_of_case][case_key], "differs between rows of the same (model, case_id)")
+    first_t = np.zeros(keys.n_frames)
+    first_t[frame_key[::-1]] = tsec[::-1]
+    fail("time_s", tsec != first_t[frame_key], "differs between rows of the same (model, case_id, frame)")
+
+    sub_codes, _ = _codes(df["subcategory"])
+    dom_codes, _ = _codes(df["domain"])
+    n_dom = int(dom_codes.max()) + 1
+    pairs = np.flatnonzero(np.bincount(sub_codes * n_dom + dom_codes))
+    pair_sub = pairs // n_dom
+    if len(pair_sub) != len(np.unique(pair_sub)):
+        s_bad = int(pair_sub[np.flatnonzero(np.diff(pair_sub) == 0)[0]])
+        first_dom = dom_codes[np.flatnonzero(sub_codes == s_bad)[0]]
+        fail("domain", (sub_codes == s_bad) & (dom_codes != first_dom),
+             "differs for the same subcategory (a subcategory belongs to one domain)")
+
+    icode, _ = _codes(df["instance_id"])
+    ref_rows = np.flatnonzero(~extra)
+    key = frame_key[ref_rows] * (int(icode.max()) + 2) + icode[ref_rows]
+    # Archives are usually written frame by frame, instance by instance: then the
+    # key is strictly increasing and there can be no duplicate; sort only otherwise.
+    if len(key) > 1 and not np.all(key[1:] > key[:-1]):
+        order = np.argsort(key, kind="stable")
+        same = key[order][1:] == key[order][:-1]
+        if same.any():
+            mask = np.zeros(n, dtype=bool)
+            mask[ref_rows[order[1:][same]]] = True
+            fail("instance_id", mask, "duplicates an earlier row with the same (model, case_id, frame, instance_id)")
+
+    # Every sampled frame carries one row per reference instance (SPEC section 3).
+    per_frame = np.bincount(frame_key[ref_rows], minlength=keys.n_frames)
+    fail("n_reference", ~extra & (per_frame[frame_key] != nref),
+         "does not equal the number of reference-instance rows in this frame")
+    return keys
+
+
+class ArchiveKeys:
+    """Dense integer ids of the (model, case_id) and (model, case_id, frame) of every row.
+
+    Case ids ascend with (model, case_id) category codes and frame ids with
+    (case id, frame), so both are stable for a given archive.
+    """
+
+    def __init__(self, case: np.ndarray, frame: np.ndarray, first_row_of_case: np.ndarray, n_frames: int):
+        self.case, self.frame, self.first_row_of_case, self.n_frames = case, frame, first_row_of_case, n_frames
+
+    @property
+    def n_cases(self) -> int:
+        return len(self.first_row_of_case)
+
+
+def _dense(key: np.ndarray) -> tuple[np.ndarray, int]:
+    """Map non-negative int keys to 0..k-1 preserving order; a bitmap when the key space is small."""
+    space = int(key.max()) + 1 if len(key) else 0
+    if space <= max(4 * len(key), 1 << 22):
+        present = np.zeros(space, dtype=bool)
+        present[key] = True
+        remap = np.cumsum(present) - 1
+        return remap[key], int(remap[-1]) + 1 if space else 0
+    codes, uniq = pd.factorize(key, sort=True)
+    return codes.astype(np.int64), len(uniq)
+
+
+def archive_keys(df: pd.DataFrame) -> ArchiveKeys:
+    mcode, _ = _codes(df["model"])
+    ccode, _ = _codes(df["case_id"])
+    case_key, n_cases = _dense(mcode.astype(np.int64) * (int(ccode.max()) + 1) + ccode)
+    frame = df["frame"].to_numpy().astype(np.int64)
+    frame_key, n_frames = _dense(case_key * (int(frame.max()) + 1) + frame)
+    first_row = np.empty(n_cases, dtype=np.int64)
+    first_row[case_key[::-1]] = np.arange(len(case_key) - 1, -1, -1)
+    return ArchiveKeys(case_key, frame_key, first_row, n_frames)
+
+
+# ----------------------------------------------------------------------------- building by hand
+
+_DEFAULTS = {
+    "instance_id": None,
+    "track": None,
+    "visibility": None,
+    "matched": False,
+    "ambiguous": False,
+    "extra": False,
+    "appearance": None,
+    "structure": None,
+    "structure_source": None,
+}
+
+
+def frame_from_records(records: Sequence[dict], **common) -> pd.DataFrame:
+    """A measurement DataFrame from row dicts, filling unset optional fields with their neutral value.
+
+    `common` supplies fields shared by every row (e.g. model, case_id, domain,
+    subcategory, n_reference). `time_s` defaults to frame / fps when `fps` is
+    given in `common`. Meant for tests and small hand-built archives.
+    """
+    fps = common.pop("fps", None)
+    rows = []
+    for r in records:
+        row = {**_DEFAULTS, **common, **r}
+        if "time_s" not in row and fps:
+            row["time_s"] = row["frame"] / fps
+        rows.append(row)
+    df = pd.DataFrame(rows, columns=list(COLUMNS))
+    for c in ("appearance", "structure"):
+        df[c] = df[c].astype(float)
+    for c in ("n_reference", "frame"):
+        df[c] = df[c].astype(np.int64)
+    for c in BOOL_COLUMNS:
+        df[c] = df[c].astype(bool)
+    return df

@@ -1,0 +1,172 @@
+"""Scoring at paper scale: wall time of `worldeval opis score --bootstrap 2000 --json` vs. a floor.
+
+Builds a seeded random archive shaped like the OPIS paper's evaluation
+(8 models x 500 cases in 10 subcategories / 3 domains x 28 sampled frames x
+on average 25 reference instances, about 2.8 million rows), then measures in
+the same run:
+
+- floor: read the same Parquet file with pandas and take one group-by mean
+  over (model, case_id) -- the least any scorer of this archive must do;
+- score: the full CLI in a subprocess (interpreter start, read, validation,
+  frame/case reductions, 5 variants, diagnostics, 2000-replicate bootstrap,
+  JSON output).
+
+Usage: python benchmarks/score_scale.py [--out DIR] [--repeat 3] [--bootstrap 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from worldeval.opis.archive import SCHEMA, SINGLE_FILE, _atomic_write_table
+
+DOMAINS = {
+    "real_world": ["home_indoor", "natural", "public_indoor", "urban"],
+    "embodied": ["industrial", "laboratory", "simulated"],
+    "game": ["cartoon", "pixel", "realistic"],
+}
+VIS = np.array(["expected_visible", "occluded", "out_of_view", "too_small", "unknown"])
+
+
+def build_archive(path: Path, models: int = 8, cases: int = 500, frames: int = 28, mean_instances: int = 25,
+                  seed: int = 0) -> int:
+    """Write a random but seeded paper-scale archive; returns the row count."""
+    rng = np.random.default_rng(seed)
+    subs = [(d, s) for d, ss in DOMAINS.items() for s in ss]
+    fps = 24.0
+    frame_idx = 24 + 8 * np.arange(frames)
+    n_ref = rng.integers(mean_instances - 20, mean_instances + 21, size=cases)  # spans all density bins
+    case_sub = np.arange(cases) % len(subs)
+    # Rows of one model: every case x frame x reference instance.
+    per_case = n_ref * frames
+    case_of_row = np.repeat(np.arange(cases), per_case)
+    within = np.arange(per_case.sum()) - np.repeat(np.cumsum(per_case) - per_case, per_case)
+    frame_of_row = frame_idx[within // np.repeat(n_ref, per_case)]
+    inst_of_row = within % np.repeat(n_ref, per_case)
+    n = len(case_of_row)
+    inst_names = np.array([f"obj_{i:03d}" for i in range(n_ref.max())], dtype=object)
+    case_names = np.array([f"case_{i:04d}" for i in range(cases)], dtype=object)
+    tables = []
+    total = 0
+    for m in range(models):
+        vis = VIS[rng.choice(5, size=n, p=[0.7, 0.1, 0.08, 0.02, 0.1])]
+        expected = vis == "expected_visible"
+        matched = expected & (rng.random(n) < 0.97)
+        ambiguous = (vis == "unknown") & (rng.random(n) < 0.3)
+        app = np.where(matched & (rng.random(n) < 0.98), np.clip(rng.beta(6, 2, n), 0, 1), np.nan)
+        track_static = rng.random(n) < 0.6
+        strv = np.where(matched & (rng.random(n) < 0.5), np.clip(rng.beta(5, 2, n), 0, 1), np.nan)
+        src = np.where(np.isnan(strv), None, np.where(track_static, "static", "pose"))
+        df = pd.DataFrame(
+            {
+                "model": f"model_{m}",
+                "case_id": case_names[case_of_row],
+                "domain": np.array([subs[k][0] for k in case_sub], dtype=object)[case_of_row],
+                "subcategory": np.array([subs[k][1] for k in case_sub], dtype=object)[case_of_row],
+                "n_reference": n_ref[case_of_row].astype(np.int32),
+                "frame": frame_of_row.astype(np.int32),
+                "time_s": frame_of_row / fps,
+                "instance_id": inst_names[inst_of_row],
+                "track": np.where(track_static, "static", "dynamic"),
+                "visibility": vis,
+                "matched": matched,
+                "ambiguous": ambiguous,
+                "extra": False,
+                "appearance": app,
+                "structure": strv,
+                "structure_source": src,
+            }
+        )
+        # About one confirmed extra per 20 frames.
+        n_extra = cases * frames // 20
+        pick = rng.choice(cases * frames, size=n_extra, replace=False)
+        ec, ef = pick // frames, frame_idx[pick % frames]
+        extra = pd.DataFrame(
+            {
+                "model": f"model_{m}",
+                "case_id": case_names[ec],
+                "domain": np.array([subs[k][0] for k in case_sub], dtype=object)[ec],
+                "subcategory": np.array([subs[k][1] for k in case_sub], dtype=object)[ec],
+                "n_reference": n_ref[ec].astype(np.int32),
+                "frame": ef.astype(np.int32),
+                "time_s": ef / fps,
+                "instance_id": None,
+                "track": None,
+                "visibility": None,
+                "matched": False,
+                "ambiguous": False,
+                "extra": True,
+                "appearance": np.nan,
+                "structure": np.nan,
+                "structure_source": None,
+            }
+        )
+        df = pd.concat([df, extra], ignore_index=True)
+        tables.append(pa.Table.from_pandas(df, schema=SCHEMA, preserve_index=False))
+        total += len(df)
+    _atomic_write_table(pa.concat_tables(tables), path)
+    return total
+
+
+def floor_once(path: Path) -> float:
+    t0 = time.perf_counter()
+    df = pd.read_parquet(path)
+    df.groupby(["model", "case_id"])["appearance"].mean()
+    return time.perf_counter() - t0
+
+
+def score_once(run: Path, bootstrap: int) -> tuple[float, int]:
+    cmd = [sys.executable, "-m", "worldeval.cli", "opis", "score", str(run), "--bootstrap", str(bootstrap), "--json"]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    dt = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"score failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return dt, len(proc.stdout)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=None, help="run folder to build (default: a temporary folder)")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--bootstrap", type=int, default=2000)
+    ap.add_argument("--models", type=int, default=8)
+    ap.add_argument("--cases", type=int, default=500)
+    args = ap.parse_args()
+    tmp = None
+    run = args.out
+    if run is None:
+        tmp = tempfile.TemporaryDirectory(prefix="score_scale_")
+        run = Path(tmp.name)
+    run.mkdir(parents=True, exist_ok=True)
+    path = run / SINGLE_FILE
+    t0 = time.perf_counter()
+    rows = build_archive(path, models=args.models, cases=args.cases)
+    print(f"archive: {rows:,} rows, {path.stat().st_size / 2**20:.1f} MiB, built in {time.perf_counter() - t0:.1f} s")
+    floors, scores = [], []
+    for _ in range(args.repeat):
+        floors.append(floor_once(path))
+        dt, size = score_once(run, args.bootstrap)
+        scores.append(dt)
+    floor, score = statistics.median(floors), statistics.median(scores)
+    print(f"floor (pd.read_parquet + groupby(model, case_id).mean), median of {args.repeat}: {floor:.2f} s "
+          f"[{', '.join(f'{x:.2f}' for x in floors)}]")
+    print(f"worldeval opis score --bootstrap {args.bootstrap} --json, median of {args.repeat}: {score:.2f} s "
+          f"[{', '.join(f'{x:.2f}' for x in scores)}]  (JSON {size / 1024:.0f} KiB)")
+    print(f"ratio: {score / floor:.2f}x the floor (goal <= 5x)")
+    if tmp is not None:
+        tmp.cleanup()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,553 @@
+"""OPIS scoring: measurement archive -> P, I, S, C_S, OPIS, CIs, variants, diagnostics.
+
+Three steps, in the spirit of COCOeval:
+
+1. `evaluate`: one pass over the archive rows reduces them to per-frame
+   evidence counts (|E_t|, missing, |X_t|, sums/minima/gate failures of the
+   appearance and structure values, coverage counts). Every rule below reads
+   only these arrays, never the rows again.
+2. `accumulate`: frame evidence -> case components P, I, S, C_S (+ coverage
+   and Fail-I) under one set of rules (a variant), optionally for frames
+   regrouped by a key (the temporal diagnostic groups by case x interval).
+3. `summarize`: case values -> subcategory -> domain -> model means
+   (`worldeval.stats.Hierarchy`), the stratified bootstrap CI, variants and
+   diagnostics, returned as the JSON object of SPEC section 3.
+
+All work is numpy/pandas array work: no Python loop runs per row, frame, case
+or bootstrap replicate (loops run over models, variants and diagnostic bins).
+Internally scores are fractions in [0, 1]; the JSON output is on 0-100.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from worldeval.opis.archive import ArchiveKeys, archive_keys, read_archive_with_keys, validate_archive
+from worldeval.stats import Hierarchy, percentile_interval, stratified_counts
+
+VARIANTS = ("strict", "no_gate", "no_coverage", "minimum", "uniform")
+DENSITY_BINS = ("<=20", "21-40", ">40")
+TEMPORAL_BINS = ("1-4", "4-7", "7-10")
+COMPONENTS = ("P", "I", "S")
+
+
+@dataclass(frozen=True)
+class ScoreConfig:
+    """Scoring options; defaults are the paper's (SPEC section 3)."""
+
+    tau_I: float = 0.35
+    tau_S: float = 0.35
+    weights: tuple[float, float, float] = (0.2, 0.4, 0.4)
+    variant: str = "strict"
+    bootstrap: int = 2000
+    seed: int = 0
+    ci_level: float = 0.95
+    # Density bins: n_reference <= 20, 21..40, > 40.
+    density_edges: tuple[int, int] = (20, 40)
+    # Temporal intervals [1,4), [4,7), [7,10] seconds; the last one is closed.
+    temporal_edges: tuple[float, ...] = (1.0, 4.0, 7.0, 10.0)
+    # The first sample sits at round(fps)/fps, which can fall a hair below 1 s;
+    # frames this close below the first edge still count in the first interval.
+    temporal_slack_s: float = 0.05
+    validate: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("tau_I", "tau_S"):
+            v = getattr(self, name)
+            if not (0.0 <= v <= 1.0):
+                raise ValueError(f"{name} must be in [0, 1], got {v}")
+        w = tuple(float(x) for x in self.weights)
+        if len(w) != 3 or min(w) < 0 or not math.isclose(sum(w), 1.0, abs_tol=1e-9):
+            raise ValueError(f"weights (wP, wI, wS) must be three non-negative numbers summing to 1, got {self.weights}")
+        object.__setattr__(self, "weights", w)
+        if self.variant not in VARIANTS:
+            raise ValueError(f"unknown variant {self.variant!r} (choose from {', '.join(VARIANTS)})")
+        if self.bootstrap < 0:
+            raise ValueError(f"bootstrap must be >= 0, got {self.bootstrap}")
+        if not (0.0 < self.ci_level < 1.0):
+            raise ValueError(f"ci_level must be in (0, 1), got {self.ci_level}")
+        if list(self.temporal_edges) != sorted(self.temporal_edges) or len(self.temporal_edges) < 2:
+            raise ValueError(f"temporal_edges must be increasing, got {self.temporal_edges}")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["weights"] = {"P": self.weights[0], "I": self.weights[1], "S": self.weights[2]}
+        return d
+
+
+@dataclass(frozen=True)
+class Rules:
+    """How frame evidence becomes case components (one OPIS Table 5 variant)."""
+
+    gate_S: bool = True
+    coverage: bool = True
+    reduce: str = "mean"  # within-frame reduction of I and S after the gate: "mean" or "min"
+    weights: tuple[float, float, float] = (0.2, 0.4, 0.4)
+
+
+def variant_rules(variant: str, config: ScoreConfig) -> Rules:
+    base = Rules(weights=config.weights)
+    if variant == "strict":
+        return base
+    if variant == "no_gate":
+        return replace(base, gate_S=False)
+    if variant == "no_coverage":
+        return replace(base, coverage=False)
+    if variant == "minimum":
+        return replace(base, reduce="min")
+    if variant == "uniform":
+        return replace(base, weights=(1 / 3, 1 / 3, 1 / 3))
+    raise ValueError(f"unknown variant {variant!r} (choose from {', '.join(VARIANTS)})")
+
+
+# ----------------------------------------------------------------------------- step 1: evaluate
+
+
+@dataclass
+class FrameEvidence:
+    """Per-frame evidence of an archive; `cases` is one row per (model, case) in canonical order."""
+
+    cases: pd.DataFrame
+    case: np.ndarray  # case index of every frame
+    time_s: np.ndarray
+    n_expected: np.ndarray  # |E_t|
+    n_missing: np.ndarray  # expected_visible and unmatched
+    n_extra: np.ndarray  # |X_t|
+    n_app: np.ndarray  # |A_t|
+    sum_app: np.ndarray
+    min_app: np.ndarray
+    fail_app: np.ndarray  # members of A_t with a < tau_I
+    n_str: np.ndarray  # |B_t|
+    sum_str: np.ndarray
+    min_str: np.ndarray
+    fail_str: np.ndarray  # members of B_t with s < tau_S
+    n_inst: np.ndarray  # reference-instance rows (instance-frames)
+    n_unknown: np.ndarray
+    n_static: np.ndarray
+    n_static_str: np.ndarray
+    n_dynamic: np.ndarray
+    n_dynamic_str: np.ndarray
+
+    @property
+    def n_frames(self) -> int:
+        return len(self.case)
+
+    @property
+    def n_cases(self) -> int:
+        return len(self.cases)
+
+
+def _codes(s: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    if isinstance(s.dtype, pd.CategoricalDtype):
+        return s.cat.codes.to_numpy().astype(np.int64), np.asarray(s.cat.categories, dtype=object)
+    codes, uniques = pd.factorize(s, use_na_sentinel=True)
+    return codes.astype(np.int64), np.asarray(uniques, dtype=object)
+
+
+def _label_eq(s: pd.Series, label: str) -> np.ndarray:
+    codes, labels = _codes(s)
+    hit = np.flatnonzero(labels == label)
+    if len(hit) == 0:
+        return np.zeros(len(s), dtype=bool)
+    return codes == hit[0]
+
+
+def evaluate(df: pd.DataFrame, config: ScoreConfig = ScoreConfig(), keys: ArchiveKeys | None = None) -> FrameEvidence:
+    """Reduce archive rows to per-frame evidence.
+
+    The archive is validated first unless `config.validate` is False or the
+    caller passes the `keys` that validation returned.
+    """
+    if len(df) == 0:
+        raise ValueError("the archive holds no measurements")
+    if keys is None:
+        keys = validate_archive(df) if config.validate else archive_keys(df)
+
+    first = keys.first_row_of_case
+    cases = pd.DataFrame(
+        {
+            c: np.asarray(df[c].iloc[first], dtype=object).astype(str)
+            for c in ("model", "case_id", "domain", "subcategory")
+        }
+    )
+    cases["n_reference"] = df["n_reference"].to_numpy()[first].astype(np.int64)
+    # Canonical case order (model, domain, subcategory, case_id) so results and
+    # the bootstrap's draws do not depend on the order rows were written in.
+    order = np.lexsort((cases["case_id"], cases["subcategory"], cases["domain"], cases["model"]))
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    cases = cases.iloc[order].reset_index(drop=True)
+
+    fkey = keys.frame
+    nf = keys.n_frames
+    case_of_frame = np.empty(nf, dtype=np.int64)
+    case_of_frame[fkey] = rank[keys.case]
+    time_of_frame = np.empty(nf)
+    time_of_frame[fkey] = df["time_s"].to_numpy(dtype=float)
+
+    extra = df["extra"].to_numpy(dtype=bool)
+    matched = df["matched"].to_numpy(dtype=bool)
+    ref = ~extra
+    expected = _label_eq(df["visibility"], "expected_visible") & ref
+    unknown = _label_eq(df["visibility"], "unknown") & ref
+    static = _label_eq(df["track"], "static") & ref
+    dynamic = _label_eq(df["track"], "dynamic") & ref
+    app = df["appearance"].to_numpy(dtype=float, na_value=np.nan)
+    strv = df["structure"].to_numpy(dtype=float, na_value=np.nan)
+    in_a = matched & ~np.isnan(app)
+    in_b = ~np.isnan(strv)
+
+    def count(mask: np.ndarray) -> np.ndarray:
+        return np.bincount(fkey[mask], minlength=nf)
+
+    def total(mask: np.ndarray, values: np.ndarray) -> np.ndarray:
+        return np.bincount(fkey[mask], weights=values[mask], minlength=nf)
+
+    def minimum(mask: np.ndarray, values: np.ndarray) -> np.ndarray:
+        out = np.full(nf, np.inf)
+        np.minimum.at(out, fkey[mask], values[mask])
+        return out
+
+    return FrameEvidence(
+        cases=cases,
+        case=case_of_frame,
+        time_s=time_of_frame,
+        n_expected=count(expected),
+        n_missing=count(expected & ~matched),
+        n_extra=count(extra),
+        n_app=count(in_a),
+        sum_app=total(in_a, app),
+        min_app=minimum(in_a, app),
+        fail_app=count(in_a & (app < config.tau_I)),
+        n_str=count(in_b),
+        sum_str=total(in_b, strv),
+        min_str=minimum(in_b, strv),
+        fail_str=count(in_b & (strv < config.tau_S)),
+        n_inst=count(ref),
+        n_unknown=count(unknown),
+        n_static=count(static),
+        n_static_str=count(static & in_b),
+        n_dynamic=count(dynamic),
+        n_dynamic_str=count(dynamic & in_b),
+    )
+
+
+# ----------------------------------------------------------------------------- step 2: accumulate
+
+
+def frame_scores(ev: FrameEvidence, rules: Rules) -> dict[str, np.ndarray]:
+    """P_t, I_t, S_t with their defined-masks (frames in F_P, F_I, F_S)."""
+    in_fp = (ev.n_expected + ev.n_extra) > 0
+    p_t = ((ev.n_missing == 0) & (ev.n_extra == 0)).astype(float)
+    in_fi = ev.n_app > 0
+    in_fs = ev.n_str > 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if rules.reduce == "min":
+            a_level, s_level = ev.min_app, ev.min_str
+        else:
+            a_level, s_level = ev.sum_app / ev.n_app, ev.sum_str / ev.n_str
+    i_t = np.where(in_fi & (ev.fail_app == 0), a_level, 0.0)
+    s_gate = (ev.fail_str == 0) if rules.gate_S else np.ones(ev.n_frames, dtype=bool)
+    s_t = np.where(in_fs & s_gate, s_level, 0.0)
+    return {"P_t": p_t, "I_t": i_t, "S_t": s_t, "in_FP": in_fp, "in_FI": in_fi, "in_FS": in_fs}
+
+
+def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1), np.nan)
+
+
+def accumulate(
+    ev: FrameEvidence, rules: Rules, key: np.ndarray | None = None, n_keys: int | None = None
+) -> dict[str, np.ndarray]:
+    """Case components from frame evidence. Fractions in [0, 1]; NaN = undefined.
+
+    `key` regroups frames (default: their case); frames with key < 0 are left
+    out. Groups without frames get NaN everywhere and n_frames = 0.
+    """
+    if key is None:
+        key, n_keys = ev.case, ev.n_cases
+    keep = key >= 0
+    k = key[keep]
+    fs = frame_scores(ev, rules)
+
+    def s(x: np.ndarray) -> np.ndarray:
+        return np.bincount(k, weights=np.asarray(x, dtype=float)[keep], minlength=n_keys)
+
+    n_f = s(np.ones(ev.n_frames))
+    n_fp, n_fi, n_fs = s(fs["in_FP"]), s(fs["in_FI"]), s(fs["in_FS"])
+    P = _ratio(s(fs["P_t"] * fs["in_FP"]), n_fp)
+    I = _ratio(s(fs["I_t"]), n_fi)
+    C_S = _ratio(n_fs, n_f)
+    s_mean = np.where(n_fs > 0, _ratio(s(fs["S_t"]), n_fs), 0.0)  # no structure frames: S = 0
+    S = np.where(n_f > 0, s_mean * C_S if rules.coverage else s_mean, np.nan)
+    fail_frames = s(fs["in_FI"] & (ev.fail_app > 0))
+    out = {
+        "P": P,
+        "I": I,
+        "S": S,
+        "C_S": C_S,
+        "C_P": _ratio(n_fp, n_f),
+        "C_I": _ratio(n_fi, n_f),
+        "fail_I": _ratio(fail_frames, n_fi),
+        "static": _ratio(s(ev.n_static_str), s(ev.n_static)),
+        "dynamic": _ratio(s(ev.n_dynamic_str), s(ev.n_dynamic)),
+        "unknown": _ratio(s(ev.n_unknown), s(ev.n_inst)),
+        "n_frames": n_f,
+        "n_FS": n_fs,
+    }
+    out["OPIS"], out["renormalised"] = combine(P, I, S, rules.weights)
+    return out
+
+
+def combine(P, I, S, weights) -> tuple[np.ndarray, np.ndarray]:
+    """100 * (wP P + wI I + wS S), renormalising the weights over the defined components.
+
+    Returns (score, renormalised-mask). All-undefined gives NaN.
+    """
+    comps = np.stack([np.asarray(P, float), np.asarray(I, float), np.asarray(S, float)], axis=-1)
+    w = np.asarray(weights, dtype=float)
+    defined = ~np.isnan(comps)
+    wsum = (defined * w).sum(axis=-1)
+    num = (np.where(defined, comps, 0.0) * w).sum(axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        score = np.where(wsum > 0, 100.0 * num / np.where(wsum > 0, wsum, 1), np.nan)
+    renorm = (~defined & (w > 0)).any(axis=-1) & (wsum > 0)
+    return score, renorm
+
+
+def case_flags(comp: dict[str, np.ndarray]) -> list[list[str]]:
+    """Per case: P_undefined, I_undefined, no_structure_frames, weights_renormalised."""
+    flags = pd.DataFrame(
+        {
+            "P_undefined": np.isnan(comp["P"]),
+            "I_undefined": np.isnan(comp["I"]),
+            "no_structure_frames": comp["n_FS"] == 0,
+            "weights_renormalised": comp["renormalised"],
+        }
+    )
+    names = np.array(flags.columns, dtype=object)
+    m = flags.to_numpy()
+    return [list(names[row]) for row in m]
+
+
+# ----------------------------------------------------------------------------- step 3: summarize
+
+
+def _json_num(x, scale: float = 1.0):
+    if x is None:
+        return None
+    x = float(x)
+    if math.isnan(x):
+        return None
+    return x * scale
+
+
+@dataclass
+class _Levels:
+    hierarchy: Hierarchy
+    labels: dict
+    case_slices: list[tuple[int, int]] = field(default_factory=list)  # per model
+
+
+def _levels(cases: pd.DataFrame) -> _Levels:
+    h, labels = Hierarchy.from_labels(cases["model"], cases["domain"], cases["subcategory"])
+    codes = pd.factorize(cases["model"], sort=True)[0]
+    bounds = np.r_[0, np.cumsum(np.bincount(codes))]
+    return _Levels(h, labels, [(int(bounds[i]), int(bounds[i + 1])) for i in range(len(bounds) - 1)])
+
+
+def _component_levels(lv: _Levels, comp: dict, names: Sequence[str], case_mask: np.ndarray | None = None) -> dict:
+    values = np.stack([comp[n] for n in names], axis=1)
+    if case_mask is not None:
+        values = np.where(case_mask[:, None], values, np.nan)
+    m = lv.hierarchy.means(values)
+    return {lvl: {n: arr[0, :, i] for i, n in enumerate(names)} for lvl, arr in m.items()}
+
+
+def _model_bootstrap(lv: _Levels, comp: dict, rules: Rules, config: ScoreConfig) -> np.ndarray:
+    """(T, 2) percentile interval of model OPIS from the stratified case bootstrap."""
+    h = lv.hierarchy
+    values = np.stack([comp[n] for n in COMPONENTS], axis=1)
+    out = np.full((h.n_top, 2), np.nan)
+    for t, (a, b) in enumerate(lv.case_slices):
+        model = lv.labels["top"][t]
+        # One stream per model name: adding or removing other models leaves this CI unchanged.
+        rng = np.random.default_rng([config.seed, zlib.crc32(str(model).encode("utf-8"))])
+        sub = h.sub_of_case[a:b]
+        s0 = int(sub.min())
+        doms = h.dom_of_sub[s0 : int(sub.max()) + 1]
+        d0 = int(doms.min())
+        local = Hierarchy(sub - s0, doms - d0, np.zeros(int(doms.max()) - d0 + 1, dtype=np.int64))
+        weights = stratified_counts(sub, config.bootstrap, rng)
+        top = local.means(values[a:b], weights)["top"][:, 0, :]  # R x 3
+        opis, _ = combine(top[:, 0], top[:, 1], top[:, 2], rules.weights)
+        out[t] = percentile_interval(opis, config.ci_level)
+    return out
+
+
+def _density_bin(n_reference: np.ndarray, edges: tuple[int, int]) -> np.ndarray:
+    return np.searchsorted(np.asarray(edges), n_reference, side="left")
+
+
+def _temporal_bin(ev: FrameEvidence, config: ScoreConfig) -> np.ndarray:
+    edges = np.asarray(config.temporal_edges, dtype=float)
+    t = ev.time_s
+    b = np.searchsorted(edges, t, side="right") - 1
+    b = np.where((t < edges[0]) & (t >= edges[0] - config.temporal_slack_s), 0, b)
+    b = np.where(t == edges[-1], len(edges) - 2, b)  # the last interval is closed
+    return np.where((b >= 0) & (b < len(edges) - 1), b, -1)
+
+
+def _bin_names(edges, kind: str) -> list[str]:
+    if kind == "density":
+        lo, hi = edges
+        return [f"<={lo}", f"{lo + 1}-{hi}", f">{hi}"]
+    return [f"{edges[i]:g}-{edges[i + 1]:g}" for i in range(len(edges) - 1)]
+
+
+def summarize(ev: FrameEvidence, config: ScoreConfig = ScoreConfig()) -> dict:
+    """The SPEC section 3 JSON object (0-100 scale, None for undefined)."""
+    lv = _levels(ev.cases)
+    labels = lv.labels
+    h = lv.hierarchy
+    rules = variant_rules(config.variant, config)
+    comp = accumulate(ev, rules)
+    main = _component_levels(lv, comp, ("P", "I", "S", "C_S"))
+    model_opis, _ = combine(main["top"]["P"], main["top"]["I"], main["top"]["S"], rules.weights)
+    dom_opis, _ = combine(main["domain"]["P"], main["domain"]["I"], main["domain"]["S"], rules.weights)
+    sub_opis, _ = combine(main["subcategory"]["P"], main["subcategory"]["I"], main["subcategory"]["S"], rules.weights)
+
+    variants = {}
+    for v in VARIANTS:
+        r = variant_rules(v, config)
+        c = comp if v == config.variant else accumulate(ev, r)
+        top = _component_levels(lv, c, COMPONENTS)["top"]
+        variants[v] = combine(top["P"], top["I"], top["S"], r.weights)[0]
+
+    ci = _model_bootstrap(lv, comp, rules, config) if config.bootstrap > 0 else None
+
+    cov = _component_levels(lv, comp, ("C_P", "C_I", "static", "dynamic", "unknown"))["top"]
+    no_s = np.bincount(pd.factorize(ev.cases["model"], sort=True)[0], weights=(comp["n_FS"] == 0).astype(float), minlength=h.n_top)
+
+    dbin = _density_bin(ev.cases["n_reference"].to_numpy(), config.density_edges)
+    density_names = _bin_names(config.density_edges, "density")
+    model_code = pd.factorize(ev.cases["model"], sort=True)[0]
+    density = {}
+    for b, name in enumerate(density_names):
+        mask = dbin == b
+        lvl = _component_levels(lv, comp, ("P", "I", "S", "C_S", "fail_I"), mask)["top"]
+        lvl["OPIS"] = combine(lvl["P"], lvl["I"], lvl["S"], rules.weights)[0]
+        lvl["n_cases"] = np.bincount(model_code[mask], minlength=h.n_top)
+        density[name] = lvl
+
+    tbin = _temporal_bin(ev, config)
+    n_int = len(config.temporal_edges) - 1
+    key = np.where(tbin >= 0, ev.case * n_int + tbin, -1)
+    tcomp = accumulate(ev, rules, key, ev.n_cases * n_int)
+    temporal = {}
+    for b, name in enumerate(_bin_names(config.temporal_edges, "temporal")):
+        sel = {n: tcomp[n][b::n_int] for n in ("P", "I", "S", "C_S", "fail_I")}
+        lvl = _component_levels(lv, sel, ("P", "I", "S", "C_S", "fail_I"))["top"]
+        lvl["OPIS"] = combine(lvl["P"], lvl["I"], lvl["S"], rules.weights)[0]
+        lvl["n_cases"] = np.bincount(model_code, weights=(tcomp["n_frames"][b::n_int] > 0).astype(float), minlength=h.n_top)
+        temporal[name] = lvl
+
+    pct = 100.0
+    models = {}
+    for t, model in enumerate(labels["top"]):
+        doms = np.flatnonzero(h.top_of_dom == t)
+        subs = np.flatnonzero(np.isin(h.dom_of_sub, doms))
+        models[model] = {
+            "P": _json_num(main["top"]["P"][t], pct),
+            "I": _json_num(main["top"]["I"][t], pct),
+            "S": _json_num(main["top"]["S"][t], pct),
+            "C_S": _json_num(main["top"]["C_S"][t], pct),
+            "OPIS": _json_num(model_opis[t]),
+            "OPIS_ci": None if ci is None or np.isnan(ci[t]).any() else [float(ci[t, 0]), float(ci[t, 1])],
+            "n_cases": int(lv.case_slices[t][1] - lv.case_slices[t][0]),
+            "domains": {
+                labels["domain"][d]: {
+                    **{c: _json_num(main["domain"][c][d], pct) for c in ("P", "I", "S", "C_S")},
+                    "OPIS": _json_num(dom_opis[d]),
+                }
+                for d in doms
+            },
+            "subcategories": {
+                labels["subcategory"][s]: {
+                    **{c: _json_num(main["subcategory"][c][s], pct) for c in ("P", "I", "S", "C_S")},
+                    "OPIS": _json_num(sub_opis[s]),
+                    "domain": labels["domain"][h.dom_of_sub[s]],
+                }
+                for s in subs
+            },
+            "coverage": {
+                **{c: _json_num(cov[c][t], pct) for c in ("C_P", "C_I", "static", "dynamic", "unknown")},
+                "no_s": int(no_s[t]),
+            },
+            "density": {
+                name: _diag_json(lvl, t) for name, lvl in density.items()
+            },
+            "temporal": {name: _diag_json(lvl, t) for name, lvl in temporal.items()},
+            "variants": {v: _json_num(variants[v][t]) for v in VARIANTS},
+        }
+
+    cases = ev.cases
+    flags = case_flags(comp)
+    case_table = pd.DataFrame(
+        {
+            "model": cases["model"],
+            "case_id": cases["case_id"],
+            "domain": cases["domain"],
+            "subcategory": cases["subcategory"],
+            "P": comp["P"] * pct,
+            "I": comp["I"] * pct,
+            "S": comp["S"] * pct,
+            "C_S": comp["C_S"] * pct,
+            "OPIS": comp["OPIS"],
+        }
+    )
+    records = case_table.astype(object).where(case_table.notna(), None).to_dict("records")
+    for rec, fl in zip(records, flags):
+        rec["flags"] = fl
+    return {"config": config.to_dict(), "variant": config.variant, "models": models, "cases": records}
+
+
+def _diag_json(lvl: dict, t: int) -> dict:
+    out = {}
+    for k, arr in lvl.items():
+        if k == "n_cases":
+            out[k] = int(arr[t])
+        elif k == "OPIS":
+            out[k] = _json_num(arr[t])
+        else:
+            out[k] = _json_num(arr[t], 100.0)
+    return out
+
+
+# ----------------------------------------------------------------------------- entry points
+
+
+def score_frame(df: pd.DataFrame, config: ScoreConfig = ScoreConfig()) -> dict:
+    """Score an in-memory archive DataFrame; returns the SPEC section 3 JSON object."""
+    return summarize(evaluate(df, config), config)
+
+
+def score_runs(paths: str | Path | Sequence[str | Path], config: ScoreConfig = ScoreConfig()) -> dict:
+    """Read (and validate) run folders / Parquet files and score them together.
+
+    Raises `worldeval.opis.archive.ArchiveError` for a bad archive.
+    """
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    df, keys = read_archive_with_keys(paths, validate=config.validate)
+    result = summarize(evaluate(df, replace(config, validate=False), keys=keys), config)
+    result["runs"] = [str(p) for p in paths]
+    return result
