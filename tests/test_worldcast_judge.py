@@ -1,0 +1,238 @@
+"""End-to-end WorldCast judging through the CLI, against the loopback judge server (real `openai` client)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from typer.testing import CliRunner
+
+from test_judge_client import FakeJudge
+from worldeval.cli import app
+from worldeval.worldcast.cases import load_cases
+from worldeval.worldcast.prompts import PROMPT_VERSIONS
+from worldeval.worldcast.samples import sample_dataset, sample_outputs
+
+KEY = "sk-test-SECRET-7f3a9c"
+# Scores the fake judge gives: (PA, OC, CP, VC); OC is only asked when outcome_weight > 0.
+SCORES = {
+    "correct": {"phys_ball_drop": (2, None, 3, 2), "adapt_cube_box": (2, 1, 2, 3),
+                "logic_hanoi2": (1, 1, 3, 3), "goal_tiles": (2, 0, 3, 3)},
+    "shuffled": {"phys_ball_drop": (0, None, 1, 2), "adapt_cube_box": (0, 1, 0, 3),
+                 "logic_hanoi2": (0, 0, 0, 2), "goal_tiles": (1, 1, 2, 3)},
+}
+WEIGHTS = {"phys_ball_drop": 0.0, "adapt_cube_box": 0.2, "logic_hanoi2": 0.3, "goal_tiles": 0.5}
+CATEGORY = {"phys_ball_drop": "physical_simulation", "adapt_cube_box": "adaptive_task_completion",
+            "logic_hanoi2": "logic_and_rules", "goal_tiles": "visual_goal_realization"}
+# Designated-step answers for the correct outputs: every step right except these.
+STEP_WRONG = {("phys_ball_drop", 3), ("logic_hanoi2", 2)}
+STEP_LEN = {"phys_ball_drop": 4, "adapt_cube_box": 2, "logic_hanoi2": 3, "goal_tiles": 4}
+
+
+def hand_final(pa, oc, cp, vc, w):
+    # Written out independently of worldeval.worldcast.scoring (SPEC section 5).
+    tc = (1 - w) * pa / 2 + (w * oc if w > 0 else 0)
+    return (100 / 3) * (0.4 * 3 * tc + 0.4 * cp + 0.2 * vc), tc
+
+
+@pytest.fixture
+def judge_server():
+    cases = load_cases(sample_dataset())
+    state = {"model": "correct"}
+
+    def answer(info):
+        case = next(c for c in cases if c.instruction in info["text"])
+        info["case"] = case.id
+        metric = info["metric"]
+        info["key"] = (state["model"], case.id, metric, info["step"])
+        if metric == "STEP":
+            ok = (case.id, info["step"]) not in STEP_WRONG
+            return {"step_index": info["step"], "score": int(ok), "evidence": f"step {info['step']}"}
+        pa, oc, cp, vc = SCORES[state["model"]][case.id]
+        score = {"PA": pa, "OC": oc, "CP": cp, "VC": vc}[metric]
+        return {"score": score, "evidence": f"{metric} of {case.id} for {state['model']}"}
+
+    srv = FakeJudge(answer, slow_s=1.0)
+    srv.state = state
+    yield srv
+    srv.close()
+
+
+def _judge(runner, srv, model, out, cache, extra=()):
+    args = ["worldcast", "judge", "--dataset", str(sample_dataset()), "--outputs", str(sample_outputs(model)),
+            "--model", model, "--out", str(out), "--base-url", srv.base_url, "--judge-model", "fake-judge-1",
+            "--api-key", KEY, "--timeout", "0.4", "--backoff", "0.01", "--max-attempts", "3", "--concurrency", "4",
+            "--cache", str(cache), "-q", *extra]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output + str(res.exception)
+    return res
+
+
+def _score(runner, *dirs, extra=()):
+    res = runner.invoke(app, ["worldcast", "score", *map(str, dirs), "--json", *extra])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)
+
+
+def test_judge_run_faults_scores_resume_cache_and_no_key(judge_server, tmp_path):
+    srv = judge_server
+    runner = CliRunner()
+    run = tmp_path / "run"
+    cache = tmp_path / "cache" / "judge.sqlite"
+    F = srv.faults
+    F[("correct", "phys_ball_drop", "PA", None)] = ["500", "500"]
+    F[("correct", "adapt_cube_box", "CP", None)] = ["429", "429"]
+    F[("correct", "adapt_cube_box", "PA", None)] = ["range"]
+    F[("correct", "logic_hanoi2", "VC", None)] = ["fenced"]
+    F[("correct", "logic_hanoi2", "PA", None)] = ["embedded"]
+    F[("correct", "goal_tiles", "OC", None)] = ["slow"]
+    F[("correct", "goal_tiles", "PA", None)] = ["prose!"]
+    _judge(runner, srv, "correct", run, cache)
+
+    # 15 items; extra requests: 2x500, 2x429, 1 out-of-range, 1 timeout, 2 more prose attempts
+    assert srv.count() == 15 + 2 + 2 + 1 + 1 + 2
+    recs = [json.loads(l) for l in (run / "judgments.jsonl").read_text().splitlines()]
+    assert len(recs) == 15
+    by = {(r["case_id"], r["metric"]): r for r in recs}
+    failed = [r for r in recs if r["status"] != "ok"]
+    assert [(r["case_id"], r["metric"]) for r in failed] == [("goal_tiles", "PA")]
+    assert failed[0]["score"] is None and failed[0]["attempts"] == 3 and "unparseable" in failed[0]["error"]
+    assert failed[0]["raw"].startswith("The sequence looks")
+    assert by[("phys_ball_drop", "PA")]["attempts"] == 3 and by[("phys_ball_drop", "PA")]["score"] == 2
+    assert by[("adapt_cube_box", "CP")]["attempts"] == 3
+    assert by[("goal_tiles", "OC")]["attempts"] == 2 and any("timeout" in e for e in by[("goal_tiles", "OC")]["attempt_errors"])
+    assert "```json" in by[("logic_hanoi2", "VC")]["raw"] and by[("logic_hanoi2", "VC")]["score"] == 3
+    assert ("phys_ball_drop", "OC") not in by  # outcome_weight 0: OC never asked
+    for r in recs:
+        assert r["judge_model"] == "fake-judge-1" and r["prompt_hash"] == PROMPT_VERSIONS[r["metric"]]
+        assert r["latency_s"] >= 0 and r["model"] == "correct"
+
+    # OC sees the references and the final image only; the others see references + every state.
+    refs = {c.id: len(c.images) for c in load_cases(sample_dataset())}
+    for req in srv.requests:
+        if req.get("metric") == "OC":
+            assert len(req["images"]) == refs[req["case"]] + 1
+            assert "Generated state 2" not in req["text"]
+        elif req.get("metric") in ("PA", "CP", "VC"):
+            assert len(req["images"]) == refs[req["case"]] + STEP_LEN[req["case"]]
+        # judge-only hints reach the judge
+        c = next(c for c in load_cases(sample_dataset()) if c.id == req["case"])
+        assert all(h in req["text"] for h in c.hints)
+
+    # Scores: goal_tiles has no PA, so no TC and no Final; it counts as failed, never as 0.
+    s = _score(runner, run)["models"]["correct"]
+    finals = {c: hand_final(pa, oc, cp, vc, WEIGHTS[c]) for c, (pa, oc, cp, vc) in SCORES["correct"].items()}
+    ok_cases = ["phys_ball_drop", "adapt_cube_box", "logic_hanoi2"]
+    assert s["n_cases"] == 4 and s["n_failed"] == 1
+    assert s["final"] == pytest.approx(sum(finals[c][0] for c in ok_cases) / 3)
+    assert s["final"] == pytest.approx((93.3333333 + 86.6666667 + 86.0) / 3)
+    assert s["TC"] == pytest.approx(100 * (1.0 + 1.0 + 0.65) / 3)
+    assert s["CP"] == pytest.approx(100 / 3 * (3 + 2 + 3 + 3) / 4)
+    assert s["VC"] == pytest.approx(100 / 3 * (2 + 3 + 3 + 3) / 4)
+    assert s["L3"] == pytest.approx((finals["phys_ball_drop"][0] + finals["adapt_cube_box"][0]) / 2)
+    assert s["L4"] == pytest.approx(finals["logic_hanoi2"][0])
+    assert s["categories"]["visual_goal_realization"] is None
+    assert s["categories"]["logic_and_rules"] == pytest.approx(86.0)
+
+    # Resume: only the failed item is asked again.
+    srv.faults.clear()
+    before = srv.count()
+    _judge(runner, srv, "correct", run, cache)
+    assert srv.count() == before + 1
+    s = _score(runner, run)["models"]["correct"]
+    assert s["n_failed"] == 0
+    assert s["final"] == pytest.approx(sum(f for f, _ in finals.values()) / 4)
+    assert s["categories"]["visual_goal_realization"] == pytest.approx(80.0)
+    # A second rerun asks nothing.
+    before = srv.count()
+    _judge(runner, srv, "correct", run, cache)
+    assert srv.count() == before
+
+    # The cache survives a restart: a fresh run folder (new process state, same cache file) sends nothing.
+    run2 = tmp_path / "run2"
+    _judge(runner, srv, "correct", run2, cache)
+    assert srv.count() == before
+    assert _score(runner, run2)["models"]["correct"]["final"] == pytest.approx(s["final"])
+    recs2 = [json.loads(l) for l in (run2 / "judgments.jsonl").read_text().splitlines()]
+    assert all(r["cached"] for r in recs2) and len(recs2) == 15
+
+    # The second model in the same run folder; both are scored and ranked.
+    srv.state["model"] = "shuffled"
+    _judge(runner, srv, "shuffled", run, cache)
+    both = _score(runner, run)["models"]
+    exp = sum(hand_final(pa, oc, cp, vc, WEIGHTS[c])[0] for c, (pa, oc, cp, vc) in SCORES["shuffled"].items()) / 4
+    assert both["shuffled"]["final"] == pytest.approx(exp)
+    assert both["shuffled"]["final"] < both["correct"]["final"]
+    assert set(both["correct"]) >= {"final", "TC", "CP", "VC", "L3", "L4", "categories", "n_cases", "n_failed"}
+
+    # The readable table prints both models.
+    res = runner.invoke(app, ["worldcast", "score", str(run)])
+    assert res.exit_code == 0 and "correct" in res.stdout and "shuffled" in res.stdout
+
+    # Grid cells were saved where the judge saw them; the manifest exists; the key is nowhere.
+    assert (run / "states" / "correct" / "goal_tiles" / "step_4.png").is_file()
+    man = json.loads((run / "manifest.json").read_text())
+    assert man["config"]["judge"]["model"] == "fake-judge-1" and man["prompt_versions"] == PROMPT_VERSIONS
+    assert man["config"]["judge"]["api_key_set"] is True
+    for folder in (run, run2, cache.parent):
+        for p in folder.rglob("*"):
+            if p.is_file():
+                assert KEY.encode() not in p.read_bytes(), p
+    # ...but it was sent to the server.
+    assert all(r["auth"] == f"Bearer {KEY}" for r in srv.requests)
+
+
+def test_step_accuracy_curve(judge_server, tmp_path):
+    runner = CliRunner()
+    run = tmp_path / "run"
+    _judge(runner, judge_server, "correct", run, tmp_path / "c.sqlite", extra=["--step-accuracy"])
+    n_steps = sum(STEP_LEN.values())
+    assert judge_server.count(lambda r: r["metric"] == "STEP") == n_steps
+    # Step requests carry only the designated image besides the references.
+    for r in judge_server.requests:
+        if r["metric"] == "STEP":
+            assert f"DESIGNATED GENERATED IMAGE (step {r['step']})" in r["text"]
+    s = _score(runner, run, extra=["--step-accuracy"])["models"]["correct"]
+    curve = s["step_accuracy"]
+    # hand count: step 1 all four right; step 2: logic wrong (3/4); step 3: phys wrong, logic+goal right (2/3); step 4: 2/2
+    assert curve["1"]["accuracy"] == pytest.approx(100.0) and curve["1"]["n"] == 4
+    assert curve["2"]["accuracy"] == pytest.approx(75.0)
+    assert curve["3"]["accuracy"] == pytest.approx(200 / 3) and curve["3"]["n"] == 3
+    assert curve["4"]["accuracy"] == pytest.approx(100.0) and curve["4"]["n"] == 2
+    # The ball's plan text reached the step judge.
+    assert any("It bounces up" in r["text"] for r in judge_server.requests if r["metric"] == "STEP")
+
+
+def test_missing_output_is_a_recorded_failure_and_resumable(judge_server, tmp_path):
+    runner = CliRunner()
+    outputs = tmp_path / "outs"
+    shutil.copytree(sample_outputs("correct"), outputs)
+    shutil.rmtree(outputs / "logic_hanoi2")
+    run = tmp_path / "run"
+    args = ["worldcast", "judge", "--dataset", str(sample_dataset()), "--outputs", str(outputs), "--model", "correct",
+            "--out", str(run), "--base-url", judge_server.base_url, "--judge-model", "j", "--no-cache",
+            "--timeout", "2", "--backoff", "0.01", "-q"]
+    assert runner.invoke(app, args).exit_code == 0
+    recs = [json.loads(l) for l in (run / "judgments.jsonl").read_text().splitlines()]
+    bad = [r for r in recs if r["case_id"] == "logic_hanoi2"]
+    assert len(bad) == 4 and all(r["status"] == "failed" and "no output folder" in r["error"] for r in bad)
+    s = _score(runner, run)["models"]["correct"]
+    assert s["n_failed"] == 1 and s["categories"]["logic_and_rules"] is None
+    # The output appears; the rerun judges only that case.
+    shutil.copytree(sample_outputs("correct") / "logic_hanoi2", outputs / "logic_hanoi2")
+    before = judge_server.count()
+    assert runner.invoke(app, args).exit_code == 0
+    assert judge_server.count() == before + 4
+    assert _score(runner, run)["models"]["correct"]["n_failed"] == 0
+
+
+def test_other_judge_in_same_folder_is_refused(judge_server, tmp_path):
+    runner = CliRunner()
+    run = tmp_path / "run"
+    _judge(runner, judge_server, "correct", run, tmp_path / "c.sqlite", extra=["--case", "phys_ball_drop"])
+    args = ["worldcast", "judge", "--dataset", str(sample_dataset()), "--outputs", str(sample_outputs("correct")),
+            "--model", "correct", "--out", str(run), "--base-url", judge_server.base_url, "--judge-model", "other",
+            "--no-cache", "-q"]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 2 and "new run folder" in res.output
