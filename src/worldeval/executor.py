@@ -1,0 +1,555 @@
+"""Run one function over many items, locally (process pool) or on a Ray cluster.
+
+This is the seam `opis eval`, `opis validate` and `worldcast judge` share:
+
+    run_items(fn, items, workers=N, executor="local" | "ray", on_result=callback)
+
+* `fn` is a picklable top-level function; it runs in worker processes.
+* `on_result(item, result_or_exception)` runs in the calling process, one call
+  at a time, in completion order: the caller is the only writer of the run
+  folder, so no two processes ever write the same file.
+* A failure of one item never stops the run. `fn` raising becomes an
+  `ItemError` (a picklable summary naming the file and field when the original
+  exception carried them); a worker process that dies (segfault, OOM killer,
+  `kill -9`) becomes a `WorkerCrashed` for the items it was running, after
+  `crash_retries` retries, and the pool is rebuilt so the rest goes on.
+
+Local executor choices:
+* Worker processes are started with `spawn` (default; `start_method=` or the
+  environment variable `WORLDEVAL_START_METHOD` may choose `forkserver`):
+  forking a parent that already holds torch/OpenMP threads or a Ray client is
+  unsafe, and spawn behaves the same on Linux and macOS.
+* `workers=1` still runs in one separate worker process, not in-process, so a
+  decoder that crashes on one video costs that item only, and 1 and N workers
+  run exactly the same code path. `workers=0` runs in-process (no isolation;
+  for debugging with pdb or profilers).
+* At most `workers` items are in flight, so when the pool breaks the set of
+  items that may have been running is known. Those items are retried one at a
+  time (with nothing else in flight), which pins a repeat crash on the item
+  that causes it instead of on its neighbours.
+
+Ray executor: `workers` long-lived actors (each asks Ray for `resources`, e.g.
+`{"num_gpus": 1}` for the hf backend), fed one item at a time as they become
+idle; Ray places the actors. Results stream back with `ray.wait` and go to
+`on_result` in the driver. A model is loaded once per worker process through
+`worker_cache`, which works the same in pool workers and in actors because
+both live for the whole run.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import sys
+import time
+import traceback as tb
+from collections import Counter, deque
+from concurrent.futures import FIRST_COMPLETED, ALL_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+EXECUTORS = ("local", "ray")
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class ItemError(Exception):
+    """The failure of one item, in a form that survives pickling between processes.
+
+    Many exceptions do not round-trip through pickle (e.g. ones whose
+    `__init__` takes several arguments), so workers send this summary instead.
+    `kind` is the original exception's class name (or a name of ours, such as
+    `WorkerCrashed`); `file` and `field` are copied from the exception when it
+    names them (CaseError, MediaError, ...).
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        message: str,
+        file: str | None = None,
+        field: str | None = None,
+        traceback: str | None = None,
+    ):
+        self.kind = kind
+        self.message = message
+        self.file = file
+        self.field = field
+        self.traceback = traceback
+        super().__init__(f"{kind}: {message}")
+
+    def __reduce__(self):
+        return (type(self), (self.kind, self.message, self.file, self.field, self.traceback))
+
+    @classmethod
+    def from_exception(cls, exc: BaseException) -> "ItemError":
+        if isinstance(exc, ItemError):
+            return exc
+        file = getattr(exc, "file", None) or getattr(exc, "path", None) or getattr(exc, "filename", None)
+        fieldname = getattr(exc, "field", None)
+        # CaseError/MediaError keep the bare reason apart from the "file: field:" prefix
+        message = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
+        return cls(
+            type(exc).__name__,
+            str(message),
+            str(file) if file is not None else None,
+            str(fieldname) if fieldname is not None else None,
+            "".join(tb.format_exception(type(exc), exc, exc.__traceback__)),
+        )
+
+    def to_record(self) -> dict:
+        """The `error` object of a status record: {"file", "field", "message"} plus the error's name."""
+        return {"file": self.file, "field": self.field, "message": self.message, "type": self.kind}
+
+
+class WorkerCrashed(ItemError):
+    """The worker process running this item died (signal, OOM killer, hard crash)."""
+
+    def __init__(self, message: str, file: str | None = None, field: str | None = None, traceback: str | None = None):
+        super().__init__("WorkerCrashed", message, file, field, traceback)
+
+    def __reduce__(self):
+        return (type(self), (self.message, self.file, self.field, self.traceback))
+
+
+def error_record(exc: BaseException) -> dict:
+    """Status-record form of any exception an item produced."""
+    return ItemError.from_exception(exc).to_record()
+
+
+# --------------------------------------------------------------------------- per-worker cache
+
+_WORKER_CACHE: dict[Any, Any] = {}
+
+
+def worker_cache(key: Any, factory: Callable[[], Any]) -> Any:
+    """Return the object cached under `key` in this worker process, building it once.
+
+    Backends call this so a model is loaded once per worker process (pool
+    worker or Ray actor), not once per item. `key` must be hashable and should
+    hold everything that changes the object (backend name, device, options).
+    """
+    try:
+        return _WORKER_CACHE[key]
+    except KeyError:
+        obj = _WORKER_CACHE[key] = factory()
+        return obj
+
+
+def clear_worker_cache() -> None:
+    _WORKER_CACHE.clear()
+
+
+def default_resources(backend: str, device: str = "cpu") -> dict:
+    """Ray resources one worker asks for: a whole GPU for a model backend on CUDA, else one CPU."""
+    if device.startswith("cuda") and backend != "classical":
+        return {"num_cpus": 1, "num_gpus": 1}
+    return {"num_cpus": 1}
+
+
+# --------------------------------------------------------------------------- worker side
+
+
+def _set_threads(threads: int | None) -> None:
+    """Cap math-library threads per worker so N workers do not fight over the cores.
+
+    Environment variables only take effect before the library is imported,
+    which is why they are set in the worker initializer; libraries that are
+    already loaded are capped through their own call.
+    """
+    if not threads:
+        return
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
+        os.environ[var] = str(threads)
+    if "torch" in sys.modules:
+        try:
+            sys.modules["torch"].set_num_threads(threads)
+        except Exception:
+            pass
+    if "cv2" in sys.modules:
+        try:
+            sys.modules["cv2"].setNumThreads(threads)
+        except Exception:
+            pass
+
+
+def _init_worker(threads: int | None) -> None:
+    _set_threads(threads)
+
+
+def _invoke(fn: Callable[[Any], Any], item: Any) -> tuple[str, Any, float]:
+    """Run fn(item) in a worker; never raises for an item-level failure."""
+    t0 = time.perf_counter()
+    try:
+        out = fn(item)
+        return ("ok", out, time.perf_counter() - t0)
+    except Exception as exc:
+        return ("error", ItemError.from_exception(exc), time.perf_counter() - t0)
+
+
+# --------------------------------------------------------------------------- driver side
+
+
+@dataclass
+class RunSummary:
+    total: int = 0
+    done: int = 0
+    failed: int = 0
+    crashed: int = 0  # items lost to a dead worker (after retries); also counted in failed
+    pool_restarts: int = 0
+    wall_s: float = 0.0
+    item_seconds: float = 0.0  # sum of per-item time inside workers
+    executor: str = "local"
+    workers: int = 1
+    failures: list[tuple[int, ItemError]] = field(default_factory=list)
+    results: list[Any] | None = None  # in input order, only when no on_result was given
+
+    def as_dict(self) -> dict:
+        return {
+            "total": self.total,
+            "done": self.done,
+            "failed": self.failed,
+            "crashed": self.crashed,
+            "pool_restarts": self.pool_restarts,
+            "wall_s": round(self.wall_s, 4),
+            "item_seconds": round(self.item_seconds, 4),
+            "executor": self.executor,
+            "workers": self.workers,
+        }
+
+
+class _Progress:
+    def __init__(self, progress, total: int):
+        self.fn = None
+        self.bar = None
+        if progress is True:
+            try:
+                from rich.progress import Progress
+
+                self.bar = Progress(transient=False)
+                self.bar.start()
+                self.task = self.bar.add_task("items", total=total)
+            except Exception:
+                self.bar = None
+        elif callable(progress):
+            self.fn = progress
+        self.total = total
+        self.n = 0
+
+    def step(self) -> None:
+        self.n += 1
+        if self.bar is not None:
+            self.bar.update(self.task, completed=self.n)
+        elif self.fn is not None:
+            self.fn(self.n, self.total)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def run_items(
+    fn: Callable[[Any], Any],
+    items: Iterable[Any],
+    *,
+    workers: int = 1,
+    executor: str = "local",
+    address: str | None = None,
+    resources: dict | None = None,
+    on_result: Callable[[Any, Any], None] | None = None,
+    progress: Any = None,
+    crash_retries: int = 1,
+    threads_per_worker: int | None = None,
+    start_method: str | None = None,
+) -> RunSummary:
+    """Apply `fn` to every item; hand each result (or its exception) to `on_result` in this process.
+
+    workers: number of worker processes / Ray actors (0: run in-process, local only).
+    executor: "local" (process pool) or "ray".
+    address: Ray cluster address ("auto", "HOST:PORT", "ray://HOST:PORT", "local"); None starts
+        a local Ray instance unless one is already initialised or RAY_ADDRESS is set.
+    resources: Ray resources per worker, e.g. {"num_gpus": 1} (keys num_cpus, num_gpus, memory,
+        anything else is a custom resource).
+    on_result: called as on_result(item, result) or on_result(item, exc) where exc is an
+        ItemError / WorkerCrashed. An exception raised by on_result aborts the run (the driver
+        could not record a result, so continuing would lose work silently).
+    progress: None, True (a progress bar on stderr) or a callable(n_finished, n_total).
+    crash_retries: how many times an item whose worker died is tried again before it is
+        reported as WorkerCrashed.
+    threads_per_worker: math-library threads per worker; default: CPU count // workers (>= 1).
+    Returns a RunSummary; `results` (input order) is filled only when on_result is None.
+    """
+    items = list(items)
+    if executor not in EXECUTORS:
+        raise ValueError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
+    if workers < 0:
+        raise ValueError(f"workers must be >= 0, got {workers}")
+    if executor == "ray" and workers == 0:
+        raise ValueError("workers=0 (in-process) is only available with the local executor")
+    summary = RunSummary(total=len(items), executor=executor, workers=workers)
+    collected: list[Any] | None = [None] * len(items) if on_result is None else None
+    prog = _Progress(progress, len(items))
+
+    def deliver(idx: int, status: str, payload: Any, seconds: float = 0.0) -> None:
+        summary.item_seconds += seconds
+        if status == "ok":
+            summary.done += 1
+        else:
+            summary.failed += 1
+            if isinstance(payload, WorkerCrashed):
+                summary.crashed += 1
+            summary.failures.append((idx, payload))
+        if on_result is not None:
+            on_result(items[idx], payload)
+        else:
+            collected[idx] = payload
+        prog.step()
+
+    t0 = time.perf_counter()
+    try:
+        if not items:
+            pass
+        elif executor == "local" and workers == 0:
+            for i, item in enumerate(items):
+                deliver(i, *_invoke(fn, item))
+        elif executor == "local":
+            threads = threads_per_worker or max(1, (os.cpu_count() or 1) // workers)
+            _run_local(fn, items, workers, threads, crash_retries, start_method, deliver, summary)
+        else:
+            threads = threads_per_worker or max(1, int((resources or {}).get("num_cpus", 1)))
+            _run_ray(fn, items, workers, address, resources, threads, crash_retries, deliver, summary)
+    finally:
+        prog.close()
+        summary.wall_s = time.perf_counter() - t0
+    summary.results = collected
+    return summary
+
+
+def _run_local(fn, items, workers, threads, crash_retries, start_method, deliver, summary) -> None:
+    method = start_method or os.environ.get("WORLDEVAL_START_METHOD") or "spawn"
+    ctx = mp.get_context(method)
+
+    def new_pool() -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker, initargs=(threads,))
+
+    queue = deque(range(len(items)))
+    suspects: deque[int] = deque()  # items that were in flight when a worker died
+    strikes: Counter[int] = Counter()
+    inflight: dict = {}
+    pool = new_pool()
+    try:
+        while queue or suspects or inflight:
+            if suspects:
+                # run suspects alone, so a second crash is pinned on the item that causes it
+                if not inflight:
+                    i = suspects.popleft()
+                    inflight[pool.submit(_invoke, fn, items[i])] = i
+            else:
+                while queue and len(inflight) < workers:
+                    i = queue.popleft()
+                    inflight[pool.submit(_invoke, fn, items[i])] = i
+            done, _ = wait(list(inflight), return_when=FIRST_COMPLETED)
+            crashed: list[int] = []
+            for fut in done:
+                i = inflight.pop(fut)
+                _collect(fut, i, deliver, crashed)
+            if not crashed:
+                continue
+            # The pool is broken: every other in-flight future fails too (or finished just before).
+            if inflight:
+                wait(list(inflight), return_when=ALL_COMPLETED)
+                for fut, i in list(inflight.items()):
+                    _collect(fut, i, deliver, crashed)
+                inflight.clear()
+            pool.shutdown(wait=True, cancel_futures=True)
+            summary.pool_restarts += 1
+            pool = new_pool()
+            alone = len(crashed) == 1
+            for i in sorted(crashed):
+                strikes[i] += 1
+                if strikes[i] > crash_retries:
+                    where = "alone in its worker" if alone else f"with {len(crashed) - 1} other item(s) in flight"
+                    deliver(
+                        i,
+                        "error",
+                        WorkerCrashed(
+                            f"worker process died while running this item ({where}); "
+                            f"tried {strikes[i]} time(s); rerun to retry"
+                        ),
+                    )
+                else:
+                    suspects.append(i)
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+
+
+def _collect(fut, i: int, deliver, crashed: list[int]) -> None:
+    try:
+        status, payload, seconds = fut.result()
+    except BrokenProcessPool:
+        crashed.append(i)
+        return
+    except Exception as exc:
+        # e.g. an item or result that cannot be pickled: an item-level failure, not a crash
+        deliver(i, "error", ItemError.from_exception(exc))
+        return
+    deliver(i, status, payload, seconds)
+
+
+# --------------------------------------------------------------------------- Ray
+
+
+class _RayWorker:
+    """One long-lived Ray actor; its process keeps `worker_cache` (loaded models) between items."""
+
+    def __init__(self, threads: int | None):
+        _set_threads(threads)
+
+    def run(self, fn, item):
+        return _invoke(fn, item)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def _ray_init(address: str | None):
+    import ray
+
+    if ray.is_initialized():
+        return False
+    kwargs: dict[str, Any] = {"logging_level": "WARNING", "log_to_driver": True}
+    if address in (None, "", "local") and not (address is None and os.environ.get("RAY_ADDRESS")):
+        # A cluster of our own on this machine: let its workers import what this process can.
+        kwargs.update(
+            address="local",
+            include_dashboard=False,
+            _node_ip_address="127.0.0.1",
+            runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}},
+        )
+    else:
+        kwargs["address"] = address
+    ray.init(**kwargs)
+    return True
+
+
+def _ray_options(resources: dict | None, max_concurrency: int = 1) -> dict:
+    res = dict(resources or {"num_cpus": 1})
+    opts: dict[str, Any] = {
+        "num_cpus": float(res.pop("num_cpus", 1)),
+        "num_gpus": float(res.pop("num_gpus", 0)),
+        # a dead actor is replaced by the driver, which knows which item it was running
+        "max_restarts": 0,
+        "max_task_retries": 0,
+        "max_concurrency": max_concurrency,
+    }
+    if "memory" in res:
+        opts["memory"] = res.pop("memory")
+    if res:
+        opts["resources"] = res
+    return opts
+
+
+# Actors outlive one run_items call while the caller keeps Ray up (a warm pool: models stay loaded
+# and no process start-up is paid again). Keyed by Ray job, actor options and thread cap.
+_WARM_ACTORS: dict[tuple, list] = {}
+
+
+def _warm_key(ray, opts: dict, threads) -> tuple:
+    # a job id alone repeats across clusters (every new cluster starts at 01000000)
+    try:
+        ctx = ray.get_runtime_context()
+        job = (ctx.get_job_id(), ctx.get_node_id())
+    except Exception:
+        job = None
+    return (job, repr(sorted(opts.items())), threads)
+
+
+def shutdown_workers() -> None:
+    """Kill the warm Ray actors kept between run_items calls (ray.shutdown() does it too)."""
+    try:
+        import ray
+    except ImportError:
+        return
+    for actors in _WARM_ACTORS.values():
+        for actor in actors:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:
+                pass
+    _WARM_ACTORS.clear()
+
+
+def _run_ray(fn, items, workers, address, resources, threads, crash_retries, deliver, summary) -> None:
+    try:
+        import ray
+        from ray.exceptions import RayActorError
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise RuntimeError("the ray executor needs the optional extra: pip install 'worldeval[ray]'") from exc
+    started = _ray_init(address)
+    opts = _ray_options(resources)
+    Actor = ray.remote(_RayWorker).options(**opts)
+    key = _warm_key(ray, opts, threads)
+    warm = _WARM_ACTORS.pop(key, [])
+    actors = warm[:workers] + [Actor.remote(threads) for _ in range(workers - len(warm[:workers]))]
+    for extra in warm[workers:]:
+        try:
+            ray.kill(extra, no_restart=True)
+        except Exception:
+            pass
+    idle = deque(actors)
+    queue = deque(range(len(items)))
+    strikes: Counter[int] = Counter()
+    inflight: dict = {}  # ObjectRef -> (item index, actor)
+    finished = False
+    try:
+        while queue or inflight:
+            while queue and idle:
+                i = queue.popleft()
+                actor = idle.popleft()
+                inflight[actor.run.remote(fn, items[i])] = (i, actor)
+            ready, _ = ray.wait(list(inflight), num_returns=1)
+            for ref in ready:
+                i, actor = inflight.pop(ref)
+                try:
+                    status, payload, seconds = ray.get(ref)
+                except RayActorError as exc:
+                    # the actor's process died; only this item was running on it
+                    summary.pool_restarts += 1
+                    try:
+                        ray.kill(actor, no_restart=True)
+                    except Exception:
+                        pass
+                    idle.append(Actor.remote(threads))
+                    strikes[i] += 1
+                    if strikes[i] > crash_retries:
+                        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                        deliver(
+                            i,
+                            "error",
+                            WorkerCrashed(f"Ray worker died while running this item; tried {strikes[i]} time(s): {first}"),
+                        )
+                    else:
+                        queue.appendleft(i)
+                    continue
+                except Exception as exc:
+                    idle.append(actor)
+                    deliver(i, "error", ItemError.from_exception(exc))
+                    continue
+                idle.append(actor)
+                deliver(i, status, payload, seconds)
+        finished = True
+    finally:
+        for _, actor in inflight.values():
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:
+                pass
+        if started:
+            ray.shutdown()
+            _WARM_ACTORS.clear()
+        elif finished or idle:
+            _WARM_ACTORS[key] = list(idle)

@@ -1,0 +1,176 @@
+"""The executor seam: the same answers on 0, 1 and N workers; failures and dead workers are per item."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from worldeval.executor import ItemError, WorkerCrashed, run_items, worker_cache
+
+
+class ThreeArgError(Exception):
+    """Like CaseError: its __init__ takes several arguments, so it does not survive pickle by itself."""
+
+    def __init__(self, file, field, message):
+        self.file, self.field, self.reason = file, field, message
+        super().__init__(f"{file}: {field}: {message}")
+
+
+def square(x: int) -> int:
+    time.sleep(0.01)
+    return x * x
+
+
+def fail_on_three(x: int) -> int:
+    if x == 3:
+        raise ThreeArgError("/data/case_3/case.json", "instances[0].mask.size", "mask is 2x2 but the image is 4x4")
+    return x * x
+
+
+def die_once(arg: tuple[int, str]) -> int:
+    """SIGKILL this worker the first time item `x == 2` runs (a marker file remembers it)."""
+    x, marker_dir = arg
+    marker = Path(marker_dir) / f"died_{x}"
+    if x == 2 and not marker.exists():
+        marker.write_text(str(os.getpid()))
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(0.05)
+    return x * x
+
+
+def die_always_on_two(x: int) -> int:
+    if x == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(0.05)
+    return x * x
+
+
+def unpicklable_result(x: int):
+    return lambda: x
+
+
+_FACTORY_CALLS = []
+
+
+def cached_model(x: int) -> tuple[int, int, int]:
+    """Returns (pid, factory calls so far in this process, x*x): one load per worker process."""
+
+    def factory():
+        _FACTORY_CALLS.append(1)
+        return {"weights": 7}
+
+    model = worker_cache(("toy", "cpu"), factory)
+    time.sleep(0.02)
+    return os.getpid(), len(_FACTORY_CALLS), x * model["weights"]
+
+
+def _collect(fn, items, **kw):
+    got = {}
+    pids = set()
+
+    def on_result(item, res):
+        pids.add(os.getpid())
+        key = item[0] if isinstance(item, tuple) else item
+        assert key not in got, f"{item} delivered twice"
+        got[key] = res
+
+    summary = run_items(fn, items, on_result=on_result, **kw)
+    assert pids <= {os.getpid()}, "on_result must run in the calling process"
+    return got, summary
+
+
+@pytest.mark.parametrize("workers", [0, 1, 2])
+def test_same_results_on_any_worker_count(workers):
+    got, summary = _collect(square, range(8), workers=workers)
+    assert got == {x: x * x for x in range(8)}
+    assert (summary.done, summary.failed, summary.total) == (8, 0, 8)
+
+
+def test_results_in_input_order_without_callback():
+    summary = run_items(square, [5, 1, 4], workers=2)
+    assert summary.results == [25, 1, 16]
+
+
+def test_item_error_is_recorded_with_file_and_field_and_run_goes_on():
+    got, summary = _collect(fail_on_three, range(6), workers=2)
+    assert summary.done == 5 and summary.failed == 1
+    err = got[3]
+    assert isinstance(err, ItemError) and err.kind == "ThreeArgError"
+    assert err.to_record() == {
+        "file": "/data/case_3/case.json",
+        "field": "instances[0].mask.size",
+        "message": "mask is 2x2 but the image is 4x4",
+        "type": "ThreeArgError",
+    }
+    assert "fail_on_three" in err.traceback
+    assert pickle.loads(pickle.dumps(err)).to_record() == err.to_record()
+    assert {k: v for k, v in got.items() if k != 3} == {x: x * x for x in range(6) if x != 3}
+
+
+def test_unpicklable_result_is_an_item_error_not_a_crash():
+    got, summary = _collect(unpicklable_result, [1, 2], workers=1)
+    assert summary.failed == 2 and summary.crashed == 0 and summary.pool_restarts == 0
+    assert all(isinstance(v, ItemError) for v in got.values())
+
+
+def test_killed_worker_is_retried_and_the_run_finishes(tmp_path):
+    items = [(x, str(tmp_path)) for x in range(6)]
+    got, summary = _collect(die_once, items, workers=2, crash_retries=1)
+    assert (tmp_path / "died_2").exists(), "the worker was not killed: the test did not exercise a crash"
+    assert got == {x: x * x for x in range(6)}
+    assert summary.pool_restarts == 1 and summary.failed == 0
+
+
+def test_killed_worker_without_retries_marks_its_items_failed(tmp_path):
+    items = [(x, str(tmp_path)) for x in range(6)]
+    got, summary = _collect(die_once, items, workers=2, crash_retries=0)
+    assert isinstance(got[2], WorkerCrashed) and got[2].to_record()["type"] == "WorkerCrashed"
+    # nothing lost: every item was delivered exactly once, and the items that were not in flight finished
+    assert set(got) == set(range(6))
+    ok = {k for k, v in got.items() if not isinstance(v, ItemError)}
+    assert ok >= {0, 1, 3, 4, 5} - {x for x, v in got.items() if isinstance(v, WorkerCrashed)}
+    assert summary.crashed == summary.failed >= 1
+    assert all(got[k] == k * k for k in ok)
+
+
+def test_poison_item_is_pinned_on_itself_not_its_neighbours():
+    got, summary = _collect(die_always_on_two, range(6), workers=2, crash_retries=1)
+    assert isinstance(got[2], WorkerCrashed)
+    assert "alone in its worker" in got[2].message
+    assert {k: v for k, v in got.items() if k != 2} == {x: x * x for x in range(6) if x != 2}
+    assert summary.crashed == 1 and summary.pool_restarts == 2
+
+
+def test_model_loaded_once_per_worker_process():
+    summary = run_items(cached_model, range(10), workers=2)
+    by_pid: dict[int, list[int]] = {}
+    for pid, calls, _ in summary.results:
+        by_pid.setdefault(pid, []).append(calls)
+    assert all(set(v) == {1} for v in by_pid.values()), by_pid
+    assert [r[2] for r in summary.results] == [7 * x for x in range(10)]
+
+
+def test_on_result_failure_aborts_the_run():
+    def boom(item, res):
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        run_items(square, range(4), workers=1, on_result=boom)
+
+
+def test_progress_callback_counts_every_item():
+    seen = []
+    run_items(square, range(5), workers=0, progress=lambda n, total: seen.append((n, total)))
+    assert seen == [(i, 5) for i in range(1, 6)]
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="unknown executor"):
+        run_items(square, [1], executor="dask")
+    with pytest.raises(ValueError, match="in-process"):
+        run_items(square, [1], executor="ray", workers=0)
