@@ -129,3 +129,107 @@ def base_manifest(command: str, config: dict, backends: dict | None = None) -> d
         "backends": backends or {},
         "created_unix": time.time(),
     }
+
+
+# --------------------------------------------------------------------------- resuming a run folder
+
+
+class ResumeError(Exception):
+    """A run folder holds work made with another config or dataset; resuming would mix the two."""
+
+
+def config_hash(config: dict) -> str:
+    """Stable hash of a run's config (canonical JSON, secrets dropped): equal configs, equal hashes."""
+    text = json.dumps(redact(config), sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def check_resume(
+    run_dir: str | Path,
+    *,
+    config_hash: str,
+    dataset_fingerprint: str | None,
+    force: bool = False,
+    manifest_name: str = "manifest.json",
+) -> dict | None:
+    """Refuse to resume a run folder made with a different config or dataset, unless `force`.
+
+    Returns the manifest already in the folder (None for a new run). The
+    manifest must carry top-level `config_hash` and `dataset_fingerprint`;
+    a manifest without them (older or foreign) counts as a mismatch.
+    With `force`, the caller goes on and must redo every item whose status
+    record holds another config hash (see `is_done`).
+    """
+    run_dir = Path(run_dir)
+    path = run_dir / manifest_name
+    if not path.exists():
+        return None
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        if force:
+            return None
+        raise ResumeError(f"{path}: cannot read the existing manifest ({exc}); rerun with --force to start over") from exc
+    problems = []
+    if old.get("config_hash") != config_hash:
+        problems.append(f"config hash {old.get('config_hash')!r} in the folder, {config_hash!r} now")
+    if dataset_fingerprint is not None and old.get("dataset_fingerprint") != dataset_fingerprint:
+        problems.append(
+            f"dataset fingerprint {str(old.get('dataset_fingerprint'))[:16]!r} in the folder, "
+            f"{dataset_fingerprint[:16]!r} now"
+        )
+    if problems and not force:
+        raise ResumeError(
+            f"{path}: this run folder was made with a different "
+            + ("config and dataset" if len(problems) == 2 else "config" if "config" in problems[0] else "dataset")
+            + " ("
+            + "; ".join(problems)
+            + "). Use another --out folder, or --force to resume anyway (items made with the old config are redone)."
+        )
+    return old
+
+
+def status_path(run_dir: str | Path, model: str, item_id: str) -> Path:
+    return Path(run_dir) / "status" / model / f"{item_id}.json"
+
+
+def write_status(
+    run_dir: str | Path,
+    model: str,
+    item_id: str,
+    status: str,
+    *,
+    error: dict | None = None,
+    config_hash: str | None = None,
+    timings: dict | None = None,
+    **extra: Any,
+) -> Path:
+    """Write the per-item status record last, after the item's outputs, so `done` implies they exist."""
+    if status not in ("done", "failed"):
+        raise ValueError(f"status must be 'done' or 'failed', got {status!r}")
+    record = {
+        "model": model,
+        "case_id": item_id,
+        "status": status,
+        "error": error,
+        "config_hash": config_hash,
+        "timings": timings or {},
+        **extra,
+    }
+    return atomic_write_json(status_path(run_dir, model, item_id), record)
+
+
+def read_status(run_dir: str | Path, model: str, item_id: str) -> dict | None:
+    path = status_path(run_dir, model, item_id)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def is_done(run_dir: str | Path, model: str, item_id: str, config_hash: str | None = None) -> bool:
+    """True when the item finished with this config; failed, missing or stale items are redone."""
+    rec = read_status(run_dir, model, item_id)
+    if not rec or rec.get("status") != "done":
+        return False
+    return config_hash is None or rec.get("config_hash") == config_hash
