@@ -134,6 +134,28 @@ def _axis_cuts(img: np.ndarray, n: int, axis: int, path: str | Path) -> AxisCuts
             gutter_colour = cols.mean(axis=0)
     if gutter_colour is None:
         found = {}
+    else:
+        # Lossy compression smears a gutter's outermost lines into the cells; take those along.
+        std = img.astype(np.float32).std(axis=0 if axis == 1 else 1).max(axis=-1)
+
+        def gutterish(i: int) -> bool:
+            return 0 <= i < length and std[i] < 2.5 * UNIFORM_STD and np.abs(colour[i] - gutter_colour).max() < 40
+
+        def content(i: int) -> bool:
+            return 0 <= i < length and std[i] >= 2.5 * UNIFORM_STD
+
+        # Only a line or two, and only when real content follows right after: a wider uniform band
+        # next to the gutter is the cell's own background and stays in the cell.
+        for j, (a, b) in list(found.items()):
+            for t in (1, 2):
+                if all(gutterish(a - i) for i in range(1, t + 1)) and content(a - t - 1):
+                    a -= t
+                    break
+            for t in (1, 2):
+                if all(gutterish(b + i - 1) for i in range(1, t + 1)) and content(b + t):
+                    b += t
+                    break
+            found[j] = (a, b)
     # 2. A frame: a thin edge run, in the gutter colour when there are gutters, else only a very thin one.
     lo, hi = 0, length
     for r in runs:
