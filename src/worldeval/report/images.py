@@ -81,6 +81,6 @@ def figure_data_uri(fig, dpi: int = 100) -> str:
 
     bio = io.BytesIO()
     # No Software/date metadata: the same inputs give byte-identical plots.
-    fig.savefig(bio, format="png", dpi=dpi, bbox_inches="tight", metadata={"Software": None})
+    fig.savefig(bio, format="png", dpi=dpi, metadata={"Software": None})
     plt.close(fig)
     return "data:image/png;base64," + base64.b64encode(bio.getvalue()).decode("ascii")

@@ -329,7 +329,7 @@ def build_opis(runs: list[OpisRun], *, score_fn: ScoreFn | None = None, bootstra
     density_rows, density_pm = _diag_rows(strict, models, "density", DENSITY_BINS)
     temporal_rows, temporal_pm = _diag_rows(strict, models, "temporal", INTERVALS)
 
-    figs: dict[str, str] = {}
+    figs: dict[str, str | None] = {"heatmap": None, "variants": None, "density": None, "temporal": None}
     if models:
         try:
             figs["heatmap"] = plots.domain_heatmap(

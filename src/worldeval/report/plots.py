@@ -8,6 +8,7 @@ plot rather than drawn as zero, because zero is a real score.
 
 from __future__ import annotations
 
+import base64
 import math
 
 import matplotlib
@@ -53,6 +54,7 @@ def domain_heatmap(models: list[str], domains: list[str], table: dict[str, dict[
             ax.text(j, i, txt, ha="center", va="center", fontsize=8, color="black" if bright else "white")
     ax.set_title("(a) OPIS by domain")
     fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    fig.tight_layout()
     return figure_data_uri(fig, DPI)
 
 
@@ -70,6 +72,7 @@ def variant_deltas(models: list[str], variants: list[str], deltas: dict[str, dic
     ax.set_ylabel("OPIS - strict OPIS")
     ax.set_title("(b) aggregation variants vs strict")
     ax.legend(fontsize=7, ncols=min(4, n), loc="best")
+    fig.tight_layout()
     return figure_data_uri(fig, DPI)
 
 
@@ -131,24 +134,81 @@ def temporal_panels(intervals: list[str], per_model: dict[str, dict]) -> str:
 
 
 def case_timeline(times: list[float], series: dict[str, list[float | None]], title: str = "") -> str:
-    """Per-frame P_t, I_t, S_t (0-100) over time for one rollout; undefined frames are gaps."""
-    fig, ax = plt.subplots(figsize=(4.6, 2.1))
-    # Distinct markers and dashes keep coincident values (P, I, S all at 0 or 100) readable.
-    styles = {"P": ("o", "-", 6), "I": ("s", "--", 4.5), "S": ("^", ":", 3.5)}
+    """Per-frame P_t, I_t, S_t (0-100) over time for one rollout, as an inline SVG data URI.
+
+    Drawn as SVG rather than with matplotlib: a report holds one of these per
+    rollout, and SVG costs microseconds and a few hundred bytes each.
+    Undefined frames break the line (a gap), they are never drawn as 0.
+    """
+    from html import escape
+
+    W, H = 420, 170
+    left, right, top, bottom = 38, 12, 22, 30
+    pw, ph = W - left - right, H - top - bottom
+    ts = [float(t) for t in times]
+    t0, t1 = (min(ts), max(ts)) if ts else (0.0, 1.0)
+    if t1 - t0 < 1e-9:
+        t0, t1 = t0 - 0.5, t1 + 0.5
+
+    def X(t: float) -> float:
+        return left + (t - t0) / (t1 - t0) * pw
+
+    def Y(v: float) -> float:
+        return top + (1.0 - v / 100.0) * ph
+
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
+             'font-family="DejaVu Sans, Arial, sans-serif" font-size="10">',
+             f'<rect width="{W}" height="{H}" fill="white"/>']
+    for v in (0, 25, 50, 75, 100):
+        y = Y(v)
+        parts.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + pw}" y2="{y:.1f}" stroke="#ddd"/>')
+        parts.append(f'<text x="{left - 4}" y="{y + 3:.1f}" text-anchor="end" fill="#444">{v}</text>')
+    from matplotlib.ticker import MaxNLocator
+
+    for t in MaxNLocator(nbins=6, steps=[1, 2, 2.5, 5, 10]).tick_values(t0, t1):
+        if t0 - 1e-9 <= t <= t1 + 1e-9:
+            parts.append(f'<text x="{X(t):.1f}" y="{top + ph + 13}" text-anchor="middle" fill="#444">{t:g}</text>')
+    parts.append(f'<text x="{left + pw / 2:.1f}" y="{H - 4}" text-anchor="middle" fill="#444">time (s)</text>')
+    parts.append(f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#888"/>')
+    dashes = {"P": "", "I": ' stroke-dasharray="5,3"', "S": ' stroke-dasharray="2,2"'}
+    shapes = {"P": "circle", "I": "square", "S": "triangle"}
     for key, ys in series.items():
-        y = np.array([_num(v) for v in ys], dtype=float)
-        marker, dash, ms = styles.get(key, ("o", "-", 4))
-        ax.plot(times, y, marker=marker, ms=ms, ls=dash, lw=1.3, color=COMPONENT_COLORS.get(key), label=key,
-                markerfacecolor="none" if key == "P" else None)
-    ax.set_ylim(-6, 106)
-    ax.set_xlabel("time (s)")
-    ax.set_ylabel("per-frame score")
+        color = COMPONENT_COLORS.get(key, "black")
+        run: list[str] = []
+        segments: list[list[str]] = []
+        for t, v in zip(ts, ys):
+            f = _num(v)
+            if math.isnan(f):
+                if run:
+                    segments.append(run)
+                run = []
+                continue
+            run.append(f"{X(t):.1f},{Y(f):.1f}")
+            x, y = X(t), Y(f)
+            if shapes.get(key) == "circle":
+                parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="none" stroke="{color}" stroke-width="1.5"/>')
+            elif shapes.get(key) == "square":
+                parts.append(f'<rect x="{x - 2.5:.1f}" y="{y - 2.5:.1f}" width="5" height="5" fill="{color}"/>')
+            else:
+                parts.append(f'<path d="M{x:.1f},{y - 3:.1f} L{x + 3:.1f},{y + 2:.1f} L{x - 3:.1f},{y + 2:.1f} Z" fill="{color}"/>')
+        if run:
+            segments.append(run)
+        for seg in segments:
+            if len(seg) > 1:
+                parts.append(f'<polyline points="{" ".join(seg)}" fill="none" stroke="{color}" stroke-width="1.6"'
+                             f'{dashes.get(key, "")}/>')
+    lx = left + 6
+    for key in series:
+        color = COMPONENT_COLORS.get(key, "black")
+        parts.append(f'<line x1="{lx}" y1="{top - 8}" x2="{lx + 16}" y2="{top - 8}" stroke="{color}" stroke-width="2"'
+                     f'{dashes.get(key, "")}/>')
+        parts.append(f'<text x="{lx + 20}" y="{top - 5}" fill="#222">{escape(key)}_t</text>')
+        lx += 46
     if title:
-        ax.set_title(title, fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncols=3, loc="lower left")
-    fig.tight_layout()
-    return figure_data_uri(fig, DPI)
+        parts.append(f'<text x="{W - right}" y="{top - 5}" text-anchor="end" fill="#222">{escape(title)}</text>')
+    parts.append("</svg>")
+    svg = "".join(parts)
+    return "data:image/svg+xml;base64," + base64.b64encode(svg.encode("utf-8")).decode("ascii")
 
 
 def worldcast_bars(models: list[str], table: dict[str, dict[str, float | None]], keys: list[str]) -> str:
@@ -164,4 +224,5 @@ def worldcast_bars(models: list[str], table: dict[str, dict[str, float | None]],
     ax.set_ylim(0, 100)
     ax.legend(fontsize=7, ncols=min(4, n))
     ax.set_title("WorldCast scores")
+    fig.tight_layout()
     return figure_data_uri(fig, DPI)

@@ -1,0 +1,249 @@
+"""The HTML report: numbers match the scoring modules, drawings sit where the records say, gaps degrade gracefully."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from test_report_fixtures import (
+    BOX_A,
+    BOX_B,
+    BOX_EXTRA,
+    LEAKY_SERIES,
+    WC_FINAL,
+    leaky_rows,
+    make_opis_run,
+    make_worldcast_run,
+)
+from worldeval.opis.archive import COLUMNS
+from worldeval.report import ReportError, build_report, render_report
+from worldeval.report.opis import frame_series
+
+
+def _images(html: str, cls: str) -> list[tuple[str, np.ndarray]]:
+    """(alt, decoded RGB image) of every <img class=cls>."""
+    out = []
+    for alt, uri in re.findall(rf'<img class="{cls}" alt="([^"]*)" src="(data:image/[a-z]+;base64,[^"]+)"', html):
+        raw = base64.b64decode(uri.split(",", 1)[1])
+        bgr = cv2.imdecode(np.frombuffer(raw, np.uint8), cv2.IMREAD_COLOR)
+        out.append((alt, cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)))
+    return out
+
+
+def _timelines(html: str) -> list[str]:
+    """Decoded SVG text of every per-rollout P/I/S timeline."""
+    uris = re.findall(r'<img class="timeline" alt="[^"]*" src="data:image/svg\+xml;base64,([^"]+)"', html)
+    return [base64.b64decode(u).decode("utf-8") for u in uris]
+
+
+def _section(html: str, anchor: str) -> str:
+    start = html.index(f'id="{anchor}"')
+    end = html.find('<div class="model-block"', start + 10)
+    return html[start:end if end > 0 else None]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("report")
+    return root, make_opis_run(root), make_worldcast_run(root)
+
+
+@pytest.fixture(scope="module")
+def html(runs) -> str:
+    root, opis_run, wc_run = runs
+    path = build_report([opis_run, wc_run], root / "report.html", bootstrap=50, seed=3)
+    return path.read_text(encoding="utf-8")
+
+
+def test_frame_series_follows_the_frame_rules():
+    rows = pd.DataFrame(leaky_rows("case_a"), columns=list(COLUMNS))
+    ser = frame_series(rows)
+    assert ser["frame"] == LEAKY_SERIES["frame"]
+    for k in ("P", "I", "S"):
+        assert ser[k] == pytest.approx(LEAKY_SERIES[k]), k
+    assert ser["time_s"] == pytest.approx([f / 16 for f in LEAKY_SERIES["frame"]])
+    # a stricter identity threshold zeroes frame 16 (min a = 0.6) as well
+    assert frame_series(rows, tau_i=0.65)["I"] == pytest.approx([0.0, 80.0, 0.0, 0.0])
+
+
+def test_case_scores_agree_with_scoring_module(runs):
+    from worldeval.opis.scoring import ScoreConfig, score_runs
+
+    _, opis_run, _ = runs
+    res = score_runs([opis_run], ScoreConfig(bootstrap=0))
+    case = next(c for c in res["cases"] if (c["model"], c["case_id"]) == ("leaky", "case_a"))
+    # case P, I are the means of the defined frames; S = C_S * mean of defined frames
+    assert case["P"] == pytest.approx(np.mean([100, 0, 100, 100]))
+    assert case["I"] == pytest.approx(np.mean([70, 80, 0, 50]))
+    assert case["S"] == pytest.approx(0.75 * np.mean([80, 50, 0]))
+
+
+def test_tables_carry_the_scoring_numbers(runs, html):
+    from worldeval.opis.scoring import ScoreConfig, score_runs
+
+    _, opis_run, _ = runs
+    strict = score_runs([opis_run], ScoreConfig(bootstrap=50, seed=3))
+    board = html[html.index('id="opis-leaderboard"'):html.index("</table>", html.index('id="opis-leaderboard"'))]
+    order = re.findall(r'data-model="([^"]+)"', board)
+    assert order == ["steady", "leaky"]
+    for m in order:
+        s = strict["models"][m]
+        row = board[board.index(f'data-model="{m}"'):]
+        row = row[:row.index("</tr>")]
+        cells = re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
+        for cell, key in zip(cells[2:6], ("P", "I", "S", "C_S")):
+            assert cell == f"{s[key]:.2f}"
+        lo, hi = s["OPIS_ci"]
+        assert f"{s['OPIS']:.2f} <span class=\"ci\">[{lo:.2f}, {hi:.2f}]</span>" in cells[6]
+    assert strict["models"]["steady"]["OPIS"] == pytest.approx(88.0)
+
+    variants = html[html.index('id="opis-variant-table"'):]
+    variants = variants[:variants.index("</table>")]
+    for var in ("strict", "no_gate", "no_coverage", "minimum", "uniform"):
+        v = score_runs([opis_run], ScoreConfig(variant=var, bootstrap=0))["models"]["leaky"]["OPIS"]
+        assert f"<td>{v:.2f}</td>" in variants, var
+    # hand check of one variant: uniform weights on leaky's hierarchical components
+    lk = strict["models"]["leaky"]
+    assert f"<td>{(lk['P'] + lk['I'] + lk['S']) / 3:.2f}</td>" in variants
+
+    for table in ("opis-domain-table", "opis-subcategory-table", "opis-coverage-table", "opis-density-table",
+                  "opis-temporal-table", "opis-case-table"):
+        assert f'id="{table}"' in html
+    dom = html[html.index('id="opis-domain-table"'):]
+    assert f"{strict['models']['leaky']['domains']['real_world']['OPIS']:.2f}" in dom[:dom.index("</table>")]
+
+
+def test_report_is_self_contained(html):
+    assert "<script" not in html.lower()
+    assert not re.search(r'(src|href)="(https?:)?//', html)
+    assert "@import" not in html and "url(" not in html
+    srcs = re.findall(r'<img[^>]*src="([^"]*)"', html)
+    assert srcs and all(s.startswith("data:image/") for s in srcs)
+    assert "sk-should-not-appear" not in html  # the manifest's api_key is redacted
+
+
+def test_frames_are_outlined_where_the_record_says(html):
+    leaky = dict(_images(_section(html, "rollout-leaky-case_a"), "frame"))
+    steady = dict(_images(_section(html, "rollout-steady-case_a"), "frame"))
+    assert len(leaky) == 4 and len(steady) == 4
+    f24 = next(img for alt, img in leaky.items() if alt.startswith("frame 24"))
+    s24 = next(img for alt, img in steady.items() if alt.startswith("frame 24"))
+
+    def edge(img, box):  # middle of the left edge of a box (2 px outline)
+        x, y, w, h = box
+        return img[y + h // 2, x].astype(int)
+
+    def is_color(px, rgb, tol=60):
+        return np.abs(px - np.array(rgb)).max() <= tol
+
+    assert is_color(edge(f24, BOX_A), (40, 180, 60)), edge(f24, BOX_A)  # matched: green
+    assert is_color(edge(f24, BOX_B), (220, 30, 30)), edge(f24, BOX_B)  # missing: red
+    assert is_color(edge(f24, BOX_EXTRA), (255, 140, 0)), edge(f24, BOX_EXTRA)  # extra: orange
+    assert is_color(edge(s24, BOX_B), (40, 180, 60))  # the same object, kept by steady
+    assert not is_color(edge(s24, BOX_EXTRA), (255, 140, 0))  # background: no extra there
+    assert "1 matched · 1 missing · 1 extra" in next(a for a in leaky if a.startswith("frame 24"))
+    refs = _images(html, "ref")
+    assert len(refs) == 2 and refs[0][1].shape[:2] == (96, 128)
+
+
+def test_per_case_timelines_and_worldcast(html):
+    assert len(_timelines(html)) == 4
+    import xml.etree.ElementTree as ET
+
+    svg = _timelines(_section(html, "rollout-leaky-case_a"))[0]
+    root = ET.fromstring(svg)
+    ns = "{http://www.w3.org/2000/svg}"
+    # P_t defined in all 4 frames (circles), I_t in 4 (squares beyond the frame box), S_t in 3 (triangles):
+    # frame 32 has no structure value, so S is a gap there, not a 0
+    assert len(root.findall(f"{ns}circle")) == 4
+    assert len(root.findall(f"{ns}path")) == 3
+    s_lines = [pl for pl in root.findall(f"{ns}polyline") if pl.get("stroke") == "#31a354"]
+    assert [len(pl.get("points").split()) for pl in s_lines] == [2]  # 16-24 joined; 40 stands alone
+    board = html[html.index('id="worldcast-leaderboard"'):]
+    board = board[:board.index("</table>")]
+    assert f"<td>{WC_FINAL:.2f}</td>" in board  # 83.00 by hand (see test_report_fixtures)
+    sec = html[html.index('id="wc-rollout-painter-logic_01"'):]
+    sec = sec[:sec.index("</table>")]
+    # the failed VC call was redone; the latest (ok) record is shown, and evidence is escaped text
+    assert "3 / 3" in sec and "failed" not in sec
+    assert "VC evidence for logic_01 &lt;b&gt;not markup&lt;/b&gt;" in sec
+    assert len(_images(html, "wc-step")) == 4 and len(_images(html, "wc-input")) == 2
+
+
+def test_run_without_frames_records_still_renders(tmp_path):
+    run = make_opis_run(tmp_path, with_frames=False)
+    (tmp_path / "rollouts" / "leaky" / "case_b.mp4").unlink()
+    html = render_report([run], bootstrap=0)
+    assert re.findall(r'class="leaderboard-row[^"]*" data-model="([^"]+)"', html) == ["steady", "leaky"]
+    assert "[—]" in html  # no CI without bootstrap
+    assert not _images(html, "frame")
+    assert len(_timelines(html)) == 4  # P/I/S over time comes from the archive alone
+    assert "no frames record" in html
+    assert 'id="worldcast"' not in html
+
+
+def test_missing_video_failed_rollout_and_unreadable_record(tmp_path):
+    run = make_opis_run(tmp_path)
+    (tmp_path / "rollouts" / "steady" / "case_b.mp4").unlink()
+    (run / "frames" / "leaky" / "case_b.json").write_text("{not json")
+    status = {"model": "leaky", "case_id": "case_c", "status": "failed",
+              "error": {"file": "rollouts/leaky/case_c.mp4", "field": "video", "message": "stream ended at frame 3"},
+              "config_hash": "x", "timings": {}}
+    (run / "status" / "leaky" / "case_c.json").write_text(json.dumps(status))
+    html = render_report([run], bootstrap=0)
+    steady_b = _section(html, "rollout-steady-case_b")
+    assert "not found; frames not shown" in steady_b and not _images(steady_b, "frame")
+    assert "unreadable frames record" in _section(html, "rollout-leaky-case_b")
+    failed = _section(html, "rollout-leaky-case_c")
+    assert "failed: stream ended at frame 3" in failed and "rollouts/leaky/case_c.mp4: video" in failed
+    assert len(_images(_section(html, "rollout-leaky-case_a"), "frame")) == 4
+
+
+def test_scoring_failure_is_shown_not_raised(tmp_path):
+    run = make_opis_run(tmp_path, with_frames=False)
+
+    def broken(paths, variant, bootstrap, seed):
+        raise ValueError(f"{paths[0]}/measurements/x.parquet: column 'frame': row 3 is negative")
+
+    html = render_report([run], opis_score_fn=broken)
+    assert "scoring (strict) failed: ValueError" in html and "row 3 is negative" in html
+    assert "no scored models" in html
+
+
+def test_max_cases_limits_drawn_cases(tmp_path):
+    run = make_opis_run(tmp_path)
+    html = render_report([run], bootstrap=0, max_cases=1, frames_per_case=2)
+    assert 'id="case-case_a"' in html and 'id="case-case_b"' not in html
+    assert "1 more case(s)" in html
+    assert len(_images(html, "frame")) == 2 * 2  # two models x two frames of case_a
+    assert '<a href="#rollout-steady-case_b">' not in html  # listed, but not linked
+
+
+def test_cli_writes_report_and_rejects_missing_folder(tmp_path):
+    from worldeval.cli import app
+
+    run = make_opis_run(tmp_path, with_frames=False)
+    out = tmp_path / "out" / "r.html"
+    res = CliRunner().invoke(app, ["report", str(run), "--out", str(out), "--bootstrap", "0"])
+    assert res.exit_code == 0, res.output
+    assert out.is_file() and "report written" in res.output
+    assert 'data-model="steady"' in out.read_text()
+    res = CliRunner().invoke(app, ["report", str(tmp_path / "nope"), "--out", str(out)])
+    assert res.exit_code == 2 and "run folder does not exist" in res.output
+    with pytest.raises(ReportError):
+        build_report([], tmp_path / "x.html")
+
+
+def test_folder_without_results(tmp_path):
+    (tmp_path / "empty").mkdir()
+    html = render_report([tmp_path / "empty"])
+    assert "No OPIS or WorldCast results" in html
+    assert "holds neither an OPIS archive nor judgments.jsonl" in html
