@@ -149,7 +149,7 @@ class ChangePointSelector:
         )
 
 
-AGENTIC_PROMPT = """You pick benchmark keyframes from a generated video. This is frame selection, not quality scoring.
+AGENTIC_PROMPT = """You pick benchmark keyframes from a generated video. Your job is only to locate states; do not grade quality.
 
 The video was generated for the task below and should pass through {k} requested states (milestones) in order.
 You are shown {n} frames sampled from the whole video, each labelled with its timestamp in seconds
@@ -169,7 +169,7 @@ TASK INSTRUCTION:
 """
 
 AGENTIC_CONTRACT = """Answer with one JSON object only, in this form:
-{{"steps": [{{"step": 1, "timestamp_seconds": 0.0, "filename": "step_1.jpg", "achieved": true,
+{{"steps": [{{"step": 1, "timestamp_seconds": 1.25, "filename": "step_1.jpg", "achieved": true,
   "evidence": "what is visible at this moment, or why the state is missing"}}, ...],
  "overall_notes": "short notes on the selection"}}
 It must contain {k} entries in "steps"."""

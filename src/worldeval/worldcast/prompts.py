@@ -61,7 +61,7 @@ Levels:
     imprecise, without defeating the user's main intent. Prominent generator-added captions, step numbers,
     arrows or guide graphics that nobody asked for can also hold an otherwise complete sequence at 1.
 0 - At least one indispensable milestone is absent, only begun or approached, ambiguous, out of an order the
-    process needs, interrupted or undone, contradicted, done in a fundamentally wrong way, or only claimed.
+    process needs, interrupted or undone, contradicted, carried out in a basically incorrect manner, or only claimed.
     Also 0 when the images stay essentially the same although the task needs change, or when the changes do
     not add up to the requested task. Correct parts elsewhere, a matching scene or a good-looking last image
     do not compensate.
@@ -76,15 +76,15 @@ how the task gets there, and do not expect the last image to show earlier action
 
 Levels:
 1 - The final image shows the requested end state with every indispensable end condition visibly met: the
-    required objects, counts, attributes, arrangement, spatial relations, placement and reference-specific
-    features, wherever the instruction or hints specify them or the user's goal depends on them. The result
+    required objects, counts, attributes, arrangement, where things are and how they relate, and the
+    features taken from the references, wherever the instruction or hints specify them or the user's goal depends on them. The result
     can be checked in the image; nothing required is missing, wrong, swapped or hidden.
 0 - Any required end condition is missing, wrong, contradicted, incomplete or cannot be verified, even if the
     defect looks small. An end condition is indispensable when the instruction or hints name it as part of
-    the result, or when the requested result fails without it; an intermediate milestone is not automatically
-    an end condition. Also 0 when the outcome is only asserted by a caption, label, arrow or plan. Do not
+    the result, or when the requested result fails without it; a milestone on the way is an end condition only
+    if the end state itself still has to show it. Also 0 when text, labels, arrows or a plan claim the result but the picture does not show it. Do not
     conclude that an object was moved, removed or used up merely because you cannot see it; when absence is
-    the goal, credit it only if the relevant region is visible and empty.
+    the goal, give the point only when the place in question can be seen and is empty.
 """
 
 _CP = """You are auditing one metric: CAUSAL PLAUSIBILITY (CP).
@@ -97,39 +97,40 @@ and any task-specific rules? Assume ordinary real-world physics unless the task 
 
 Levels:
 3 - Every concern raised by the instruction or hints is satisfied with visible evidence. Each critical
-    transition follows visibly from the state and action before it; mechanisms, constraints, object topology
-    and long-range dependencies hold throughout, with no deviation and no skipped mechanism hidden behind a
-    plausible last image.
-2 - The intended mechanism is clear and the critical states and transitions broadly obey the governing
+    transition is visibly produced by the preceding state and action; the working mechanism, the constraints,
+    how objects are connected, and links between distant steps all stay valid, with no deviation and no skipped
+    mechanism hidden behind a plausible last image.
+2 - The intended mechanism is clear and the key states and the changes between them mostly obey the governing
     rules, but there is a minor flaw: a small local rule deviation, a weakened mechanism, an incomplete
-    long-range dependency or a minor unsupported transition. Nothing critical is skipped, contradicted or
-    replaced by a sudden structural change, and the instruction/hint concerns are at least partly met.
-1 - The core mechanism can still be recognised and at least one critical cause-to-effect step is shown, but a
+    long-range dependency or a minor unsupported transition. No critical part is left out, contradicted or
+    swapped for a sudden structural change, and the instruction/hint concerns are at least partly met.
+1 - The core mechanism can still be recognised and one or more critical causes visibly lead to their effects, but a
     core concern of the instruction or a checkable hint condition is clearly broken at a critical point, or a
     critical action, prerequisite or constraint is missing, unsupported or mechanically impossible. A process
     that is plausible in itself but hardly connected to the references, instruction or hints also gets 1.
     Resemblance of theme or a believable end state alone does not reach 1 when the central mechanism is not
     shown.
-0 - The mechanism that should produce the main change is missing, reversed, contradicted or replaced by an
-    unexplained transformation; the main result relies on a task-critical object, action or state that
+0 - The mechanism that should produce the main change is missing, runs backwards, is contradicted, or is
+    swapped for an unexplained transformation; the main result relies on a key object, action or state that
     appears, vanishes, jumps, duplicates or changes with no visible or ordinary cause; or the process
     contradicts itself or is impossible under the applicable rules. A matching subject or good-looking ending
     does not rescue it.
 
 Caps and grading:
-- If the task needs visible change and the sequence is static or changes too little, CP is at most 1.
-- If any task-critical transition cannot be reconciled causally from the visible states, CP is at most 1.
+- If the task needs visible change but the images barely differ, CP is at most 1.
+- When some task-critical change cannot be explained causally from the states that are shown, CP is at most 1.
   Ordinary motion between two shown states may be assumed only when those states are compatible and nothing
   had to be invented in between (no hidden intervention, changed constraint or unseen state).
 - Judge a jump by its causal weight, not by how sudden it looks: harmless compression costs nothing, a
-  weakened or imprecise local mechanism points to 2, an unsupported critical transition caps at 1, an
-  impossible or self-contradictory core process points to 0.
-- A task-relevant object or tool that is present in one image and absent later, with no visible or
-  reasonably inferable removal, placement, consumption, transformation, occlusion or exit, breaks object
-  conservation: CP is at most 1 even if the object is no longer needed, and 0 when its loss removes the
-  central mechanism or leaves the main result unexplained.
-- Keep this separate from Visual Consistency: a change of look, identity or shape counts here only when it
-  breaks the causal chain or makes the next state unreachable.
+  weakened or imprecise local mechanism points to 2, an unsupported critical transition caps at 1, and a
+  core process that cannot happen or contradicts itself points to 0.
+- Object conservation: when an object or tool that matters for the task is in one image and gone in a later one, and
+  nothing shown or reasonably implied accounts for it (it was not taken away, put somewhere, used up,
+  transformed, hidden behind something or moved out of view), CP is at most 1, also when the object had
+  already served its purpose; it is 0 when that loss removes the central mechanism or leaves the main
+  result unexplained.
+- Keep this separate from Visual Consistency: a change of look, identity or shape is penalised under CP
+  only if it breaks the causal chain or makes the next state unreachable.
 
 How to check: first fix the world rules and the critical states, constraints and dependencies. Then for every
 adjacent pair name the prior state, the cause or action, and the result; follow each relevant object and
@@ -143,31 +144,31 @@ _VC = """You are auditing one metric: VISUAL CONSISTENCY (VC).
 Strict mode: when in doubt between two levels, the evidence must earn the higher one.
 
 Question: across the ordered sequence, does everything that ought to persist stay the same? Exempt are only
-the specific changes the user asked for or that the shown process visibly causes. Any other change of
-identity, count, shape, scale, colour, material, topology, mechanism structure, relative position, camera or
-background is a consistency error.
+the specific changes the user asked for or that the shown process visibly causes. Anything else that changes
+(what an object is, how many there are, its shape, size, colour or material, how its parts connect or its
+mechanism is built, where it sits relative to others, the viewpoint, the background) is a consistency error.
 
 Levels:
-3 - Task-relevant invariants (identity, count, shape, scale, colour, material, topology, mechanism
-    structure, relative position, camera, background) hold. Every change is explained by the visible process;
-    nothing appears, disappears, duplicates, jumps, is swapped for another structure or drifts gradually. No
-    caption, step label, explanatory text, arrow or guide graphic has been added unless requested (text that
-    already belongs to the scene in the references is fine).
+3 - All task-relevant properties listed above hold steady. Every change is explained by the visible process;
+    nothing appears, disappears, duplicates, jumps, is swapped for another structure or drifts gradually. The
+    generator added no captions, step numbers, explanations, arrows or other guide marks unless requested
+    (text that already belongs to the scene in the references is fine).
 2 - The key objects named or stressed by the instruction or hints stay stable except for slight drift that
-    recovers later; objects that are not stressed may show a small but real deviation in identity, geometry,
-    scale, position or background.
-1 - The target is still broadly recognisable but continuity is poor: a key object shows at least one clear
-    deviation in colour, identity, geometry, scale, topology, mechanism structure, position or background, or
-    unstressed objects deviate strongly in a way that affects the whole sequence.
+    recovers later; objects that are not stressed may show a small but real deviation (what they are, their
+    form, size or place, or the background).
+1 - The target can still be recognised, yet continuity is weak: a key object clearly changes in at
+    least one of the properties above, or unstressed objects deviate strongly in a way that affects the whole
+    sequence.
 0 - The target is not preserved; important objects are lost, added or duplicated without explanation; or
     there is a major scale jump, teleport, background reset, severe deformation, replaced topology or
-    mechanism, bizarre texture or inexplicable distortion. An important object that vanishes without a
-    visible removal or placement is a failure: do not assume it was put away. If an object or tool named in
-    the hints, or one the instruction needs to stay the same, appears, vanishes or duplicates without a
-    visible removal, placement, entry, exit, consumption, transformation or occlusion, the score is 0.
+    mechanism, strange textures or distortions nothing explains. An important object that is simply gone,
+    with no shown act of taking it away or putting it somewhere, is a failure: do not assume it was put away.
+    The score is 0 whenever an object or tool that the hints name, or that the instruction needs unchanged,
+    pops up, is gone or is doubled and the images show no reason (it was not carried in or out, used up,
+    transformed or covered).
 
-How to check: compare neighbouring images and also images far apart (to catch slow drift). Track every
-task-relevant object and tool through the sequence: its count, its place, its look.
+How to check: compare neighbouring images and also images far apart (to catch slow drift). Follow each object
+and tool that matters for the task through the sequence: how many, where, and how it looks.
 """
 
 _STEP = """You are auditing one metric: DESIGNATED-STEP ACCURACY for a single step of a generated sequence.
@@ -175,8 +176,8 @@ Strict mode: there is no partial credit.
 
 Question: does the image generated for the designated step do what that exact step of the task requires?
 Work out from the instruction, hints and references which concrete action or state belongs to this step.
-The generator's own text plan for the step is shown when it exists; the user's task outranks the plan, and
-following a wrong or irrelevant plan does not count as success. Judge this one image only; other steps are
+The generator's own text plan for the step is shown when it exists; the user's task outranks the plan, and an
+image that faithfully follows a mistaken or off-topic plan still fails. Judge this one image only; other steps are
 not yours to score, and a failure elsewhere is not this step's fault. Do not invent an unseen earlier image
 to claim that something disappeared or deformed.
 
@@ -188,8 +189,8 @@ Levels:
     reason visible in the supplied images (required transformations and real occlusion are fine). Hint
     requirements that concern this step are met.
 0 - The change shown is irrelevant to the required milestone, or the image is a repeat or nearly unchanged
-    (unless holding the state is what the step asks); it omits or breaks a required action, state, entity,
-    quantity, attribute, relation or local constraint; uses the wrong reference; shows a different action;
+    (unless holding the state is what the step asks); it leaves out or gets wrong something the step needs
+    (an action, a state, an object, a number, a property, a relation, a local constraint); uses the wrong reference; shows a different action;
     contradicts its plan or makes no real progress (a plan that claims success is not evidence); shows a
     physical or task-rule violation; or leaves a step-specific hint requirement unmet or only partly met.
 

@@ -237,13 +237,19 @@ def _outcome(x: float | None, y: float | None) -> float | None:
 
 
 def _human_value(v: object, model_a: str, model_b: str) -> float:
-    s = str(v).strip().lower()
-    if s in ("a", model_a.lower(), "1", "1.0", "win"):
+    s = str(v).strip()
+    low = s.lower()
+    # The letters first: a model may well be called "B".
+    if low in ("a", "win"):
         return 1.0
-    if s in ("b", model_b.lower(), "0", "0.0", "loss"):
+    if low in ("b", "loss"):
         return 0.0
-    if s in ("tie", "0.5", "draw", "="):
+    if low in ("tie", "draw", "="):
         return 0.5
+    if s == model_a:
+        return 1.0
+    if s == model_b:
+        return 0.0
     raise ValueError(f"winner {v!r} is not 'a', 'b', 'tie' or one of the two model names")
 
 
