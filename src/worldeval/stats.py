@@ -54,24 +54,19 @@ class Hierarchy:
         Subcategories and domains are keyed within their top group, so the same
         subcategory name under two models forms two groups.
         """
-        import pandas as pd
-
-        top = np.asarray(top, dtype=object)
-        domain = np.asarray(domain, dtype=object)
-        subcategory = np.asarray(subcategory, dtype=object)
-        top_code, top_labels = pd.factorize(top, sort=True)
-        dom_pairs = pd.MultiIndex.from_arrays([top_code, domain])
-        dom_code, dom_uniques = pd.factorize(dom_pairs, sort=True)
-        sub_triples = pd.MultiIndex.from_arrays([dom_code, subcategory])
-        sub_code, sub_uniques = pd.factorize(sub_triples, sort=True)
-        dom_of_sub = np.asarray(sub_uniques.get_level_values(0), dtype=np.int64)
-        top_of_dom = np.asarray(dom_uniques.get_level_values(0), dtype=np.int64)
+        top_labels, top_code = np.unique(np.asarray(top, dtype=str), return_inverse=True)
+        dom_names, dom_in = np.unique(np.asarray(domain, dtype=str), return_inverse=True)
+        sub_names, sub_in = np.unique(np.asarray(subcategory, dtype=str), return_inverse=True)
+        dom_pairs, dom_code = np.unique(top_code * len(dom_names) + dom_in, return_inverse=True)
+        sub_pairs, sub_code = np.unique(dom_code * len(sub_names) + sub_in, return_inverse=True)
+        top_of_dom = (dom_pairs // len(dom_names)).astype(np.int64)
+        dom_of_sub = (sub_pairs // len(sub_names)).astype(np.int64)
         labels = {
-            "top": list(top_labels),
-            "domain": list(dom_uniques.get_level_values(1)),
-            "subcategory": list(sub_uniques.get_level_values(1)),
+            "top": [str(x) for x in top_labels],
+            "domain": [str(x) for x in dom_names[dom_pairs % len(dom_names)]],
+            "subcategory": [str(x) for x in sub_names[sub_pairs % len(sub_names)]],
         }
-        return cls(np.asarray(sub_code, dtype=np.int64), dom_of_sub, top_of_dom), labels
+        return cls(np.asarray(sub_code, dtype=np.int64).ravel(), dom_of_sub, top_of_dom), labels
 
     def _onehot(self, codes: np.ndarray, n: int) -> np.ndarray:
         m = np.zeros((len(codes), n))

@@ -355,13 +355,16 @@ class _Levels:
     hierarchy: Hierarchy
     labels: dict
     case_slices: list[tuple[int, int]] = field(default_factory=list)  # per model
+    model_code: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # per case
 
 
 def _levels(cases: pd.DataFrame) -> _Levels:
     h, labels = Hierarchy.from_labels(cases["model"], cases["domain"], cases["subcategory"])
-    codes = pd.factorize(cases["model"], sort=True)[0]
-    bounds = np.r_[0, np.cumsum(np.bincount(codes))]
-    return _Levels(h, labels, [(int(bounds[i]), int(bounds[i + 1])) for i in range(len(bounds) - 1)])
+    codes = h.top_of_dom[h.dom_of_sub[h.sub_of_case]]
+    # Cases are sorted by model, so each model's cases form one slice.
+    bounds = np.r_[0, np.cumsum(np.bincount(codes, minlength=h.n_top))]
+    slices = [(int(bounds[i]), int(bounds[i + 1])) for i in range(len(bounds) - 1)]
+    return _Levels(h, labels, slices, codes)
 
 
 def _component_levels(lv: _Levels, comp: dict, names: Sequence[str], case_mask: np.ndarray | None = None) -> dict:
@@ -435,11 +438,11 @@ def summarize(ev: FrameEvidence, config: ScoreConfig = ScoreConfig()) -> dict:
     ci = _model_bootstrap(lv, comp, rules, config) if config.bootstrap > 0 else None
 
     cov = _component_levels(lv, comp, ("C_P", "C_I", "static", "dynamic", "unknown"))["top"]
-    no_s = np.bincount(pd.factorize(ev.cases["model"], sort=True)[0], weights=(comp["n_FS"] == 0).astype(float), minlength=h.n_top)
+    model_code = lv.model_code
+    no_s = np.bincount(model_code, weights=(comp["n_FS"] == 0).astype(float), minlength=h.n_top)
 
     dbin = _density_bin(ev.cases["n_reference"].to_numpy(), config.density_edges)
     density_names = _bin_names(config.density_edges, "density")
-    model_code = pd.factorize(ev.cases["model"], sort=True)[0]
     density = {}
     for b, name in enumerate(density_names):
         mask = dbin == b
