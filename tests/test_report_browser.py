@@ -112,6 +112,8 @@ def test_case_anchors_and_screenshot(browser):
     ARTIFACTS.mkdir(exist_ok=True)
     browser.execute_script("window.scrollTo(0, 0)")
     assert browser.save_screenshot(str(ARTIFACTS / "report_top.png"))
+    browser.execute_script("document.getElementById('opis-diagnostics').scrollIntoView()")
+    assert browser.save_screenshot(str(ARTIFACTS / "report_diagnostics.png"))
     target = browser.find_element(By.ID, "case-case_a")
     browser.execute_script("arguments[0].scrollIntoView()", target)
     assert browser.save_screenshot(str(ARTIFACTS / "report_case.png"))

@@ -71,34 +71,42 @@ def variant_deltas(models: list[str], variants: list[str], deltas: dict[str, dic
     ax.set_xticks(x, labels=models, rotation=20, ha="right")
     ax.set_ylabel("OPIS - strict OPIS")
     ax.set_title("(b) aggregation variants vs strict")
-    ax.legend(fontsize=7, ncols=min(4, n), loc="best")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
     return figure_data_uri(fig, DPI)
 
 
 def _bin_panel(ax, bins: list[str], per_model: dict[str, dict], keys: list[str], title: str, ylabel: str,
                show_models: bool = False) -> None:
+    """Bars: mean over models per bin (one bar per component); dots: single models."""
     x = np.arange(len(bins))
-    for key in keys:
-        if show_models:
-            for m, d in per_model.items():
-                ys = [_num(d.get(b, {}).get(key)) for b in bins]
-                ax.plot(x, ys, color="0.75", lw=1, marker=".", zorder=1)
+    n = len(keys)
+    width = 0.8 / n
+    for k, key in enumerate(keys):
+        xs = x + (k - (n - 1) / 2) * width
         mean = [_mean(d.get(b, {}).get(key) for d in per_model.values()) for b in bins]
-        ax.plot(x, mean, marker="o", lw=2, color=COMPONENT_COLORS.get(key, "black"), label=key, zorder=2)
+        ax.bar(xs, np.nan_to_num(mean, nan=0.0), width * 0.95, color=COMPONENT_COLORS.get(key, "black"),
+               label=key, zorder=2)
+        for j, v in enumerate(mean):
+            if math.isnan(v):
+                ax.text(xs[j], 2, "n/a", ha="center", fontsize=7, color="0.5")
+        if show_models:
+            for d in per_model.values():
+                ax.scatter(xs, [_num(d.get(b, {}).get(key)) for b in bins], s=10, color="0.35", zorder=3)
     ax.set_xticks(x, labels=bins)
+    ax.set_ylim(0, 105)
     ax.set_title(title, fontsize=10)
     ax.set_ylabel(ylabel)
-    ax.grid(alpha=0.3)
-    if len(keys) > 1:
-        ax.legend(fontsize=7)
+    ax.grid(alpha=0.3, axis="y", zorder=0)
+    if n > 1:
+        ax.legend(fontsize=7, loc="upper right")
 
 
 def density_panels(bins: list[str], per_model: dict[str, dict]) -> str:
     """Figure 4 (c)-(e): components, structural coverage and Fail-I by reference-inventory size.
 
     `per_model[model][bin]` is a dict with P, I, S, C_S and Fail-I (0-100).
-    Lines are means over models; grey lines in (d) and (e) are single models.
+    Bars are means over models; grey dots in (d) and (e) are single models.
     """
     fig, axes = plt.subplots(1, 3, figsize=(10.5, 3.0))
     _bin_panel(axes[0], bins, per_model, ["P", "I", "S"], "(c) components by #objects", "score")
@@ -120,6 +128,8 @@ def temporal_panels(intervals: list[str], per_model: dict[str, dict]) -> str:
     axes[0].set_title("components per interval (mean over models)", fontsize=10)
     axes[0].legend(fontsize=7)
     axes[0].set_ylabel("score")
+    axes[0].set_ylim(0, 105)
+    axes[1].set_ylim(0, 105)
     for m, d in per_model.items():
         axes[1].plot(x, [_num(d.get(iv, {}).get("C_S")) for iv in intervals], color="0.7", lw=1, marker=".")
     axes[1].plot(x, [_mean(d.get(iv, {}).get("C_S") for d in per_model.values()) for iv in intervals],
