@@ -42,8 +42,9 @@ def report_file(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def browser(report_file):
-    browser_bin, driver_bin = _chromium()
+def browser(request):
+    browser_bin, driver_bin = _chromium()  # skip before spending time on the report
+    report_file = request.getfixturevalue("report_file")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 

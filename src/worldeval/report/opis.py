@@ -151,7 +151,7 @@ def _diag_rows(strict: dict, models: list[str], key: str, bins: tuple[str, ...])
     for m in models:
         d = strict["models"][m].get(key) or {}
         per_model[m] = {}
-        for b in list(bins) + [x for x in d if x not in bins]:
+        for b in [x for x in bins if x in d] + [x for x in d if x not in bins]:
             c = d.get(b)
             if not isinstance(c, dict):
                 continue
@@ -164,6 +164,14 @@ def _diag_rows(strict: dict, models: list[str], key: str, bins: tuple[str, ...])
             per_model[m][b] = vals
             rows.append({"model": m, "bin": b, **vals})
     return rows, per_model
+
+
+def _bins(per_model: dict[str, dict]) -> list[str]:
+    """Bin names in the order scoring reported them (configurable edges rename the bins)."""
+    out: list[str] = []
+    for d in per_model.values():
+        out.extend(b for b in d if b not in out)
+    return out
 
 
 def _coverage_rows(strict: dict, models: list[str]) -> list[dict]:
@@ -338,9 +346,9 @@ def build_opis(runs: list[OpisRun], *, score_fn: ScoreFn | None = None, bootstra
             if deltas:
                 figs["variants"] = plots.variant_deltas(models, list(deltas), deltas)
             if any(density_pm.values()):
-                figs["density"] = plots.density_panels([b for b in DENSITY_BINS], density_pm)
+                figs["density"] = plots.density_panels(_bins(density_pm), density_pm)
             if any(temporal_pm.values()):
-                figs["temporal"] = plots.temporal_panels([i for i in INTERVALS], temporal_pm)
+                figs["temporal"] = plots.temporal_panels(_bins(temporal_pm), temporal_pm)
         except Exception as exc:  # a plot must never take the tables down with it
             errors.append(f"plotting failed: {type(exc).__name__}: {exc}")
 
