@@ -220,3 +220,18 @@ def test_sample_generator_is_deterministic(tmp_path):
         if p.is_file():
             q = tmp_path / "s" / p.relative_to(samples_root())
             assert q.read_bytes() == p.read_bytes(), p
+
+
+def test_cli_judge_reports_bad_dataset_and_missing_judge(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from worldeval.cli import app
+
+    monkeypatch.delenv("WORLDEVAL_JUDGE_MODEL", raising=False)
+    ds = _write_ds(tmp_path, [_case_line(), _case_line(id="c2", outcome_weight=0.9)])
+    base = ["worldcast", "judge", "--dataset", str(ds), "--outputs", str(tmp_path), "--model", "m",
+            "--out", str(tmp_path / "run"), "--base-url", "http://127.0.0.1:9/v1", "--no-cache"]
+    res = CliRunner().invoke(app, base + ["--judge-model", "j"])
+    assert res.exit_code == 2 and "line 2 field 'outcome_weight'" in res.output
+    res = CliRunner().invoke(app, base)
+    assert res.exit_code == 2 and "no judge model" in res.output

@@ -164,3 +164,11 @@ def test_generation_requests_never_show_hints():
                 assert r["layout"] == {2: "1x2", 3: "1x3", 4: "2x2"}[c.steps]
                 assert ("grid.json" in r["expected_output"]) == (c.steps == 3)
     assert runner.invoke(app, ["worldcast", "prompts", "--interface", "collage"]).exit_code == 2
+
+
+def test_repeats_cli_table(tmp_path):
+    for i, sc in enumerate([(2, None, 3, 3), (2, None, 2, 2), (1, None, 2, 2)]):
+        write_run(tmp_path / f"r{i}", "X", {"c": sc})
+    res = CliRunner().invoke(app, ["worldcast", "repeats", *(str(tmp_path / f"r{i}") for i in range(3))])
+    assert res.exit_code == 0, res.output
+    assert "80.0 ± 20.00" in res.stdout

@@ -154,14 +154,38 @@ def register(app: typer.Typer) -> None:
     def repeats_cmd(
         run_dirs: List[Path] = typer.Argument(..., help="One run folder per repeated generation round."),
         ddof: int = typer.Option(1, "--ddof", help="1: sample std (default); 0: population std."),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     ) -> None:
-        """Mean and std per category across repeated generation runs."""
-        from worldeval.worldcast.scoring import repeats
+        """Mean ± std per category across repeated generation runs (one run folder per round)."""
+        from worldeval.worldcast.scoring import CATEGORY_ORDER, CATEGORY_SHORT, repeats
 
         try:
-            typer.echo(json.dumps(repeats(run_dirs, ddof), indent=2, sort_keys=True))
+            res = repeats(run_dirs, ddof)
         except (FileNotFoundError, ValueError) as exc:
             _fail(str(exc))
+        if as_json:
+            typer.echo(json.dumps(res, indent=2, sort_keys=True))
+            return
+        from rich.console import Console
+        from rich.table import Table
+
+        cols = list(CATEGORY_ORDER) + ["L3", "L4", "overall"]
+        table = Table(title=f"WorldCast over repeated runs: mean ± std (ddof={ddof})")
+        table.add_column("model")
+        for c in cols:
+            table.add_column(CATEGORY_SHORT.get(c, c), justify="right")
+        for m, stats in res["models"].items():
+            cells = []
+            for c in cols:
+                st = stats.get(c)
+                if st is None:
+                    cells.append("-")
+                elif st["std"] is None:
+                    cells.append(f"{st['mean']:.1f}")
+                else:
+                    cells.append(f"{st['mean']:.1f} ± {st['std']:.2f}")
+            table.add_row(m, *cells)
+        Console(width=200).print(table)
 
     @app.command("prompts")
     def prompts_cmd(

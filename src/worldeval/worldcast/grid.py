@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-DEFAULT_LAYOUTS = {1: (1, 1), 2: (1, 2), 4: (2, 2), 6: (2, 3)}
+DEFAULT_LAYOUTS = {2: (1, 2), 4: (2, 2), 6: (2, 3)}
 MAX_CELL_ASPECT = 2.6  # width/height (or its inverse) beyond this is not a plausible grid cell
 UNIFORM_STD = 10.0  # per-channel std (0-255) along a line below which the line counts as a separator
 MAX_GUTTER_FRAC = 0.08  # a separator run wider than this fraction of a cell is background, not a gutter
