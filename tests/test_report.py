@@ -247,3 +247,25 @@ def test_folder_without_results(tmp_path):
     html = render_report([tmp_path / "empty"])
     assert "No OPIS or WorldCast results" in html
     assert "holds neither an OPIS archive nor judgments.jsonl" in html
+
+
+def test_worldcast_only_run_with_a_failed_judgment(tmp_path):
+    from worldeval.runs import append_jsonl
+
+    run = make_worldcast_run(tmp_path)
+    append_jsonl(run / "judgments.jsonl", {
+        "model": "painter", "case_id": "phys_01", "category": "physical_simulation", "level": "L3",
+        "outcome_weight": 0.0, "metric": "CP", "step": None, "status": "failed", "score": None, "evidence": None,
+        "error": "answer had no 'score' after 3 attempts"})
+    html = render_report([run])
+    assert 'id="opis"' not in html and 'id="worldcast-leaderboard"' in html
+    sec = html[html.index('id="wc-rollout-painter-phys_01"'):]
+    sec = sec[:sec.index("</table>")]
+    cp = sec[sec.index("<td class=\"l\">CP</td>"):]
+    cp = cp[:cp.index("</tr>")]
+    assert '<span class="fail">failed</span>' in cp and "answer had no &#39;score&#39; after 3 attempts" in cp
+    board = html[html.index('id="worldcast-leaderboard"'):]
+    board = board[:board.index("</table>")]
+    # phys_01 now lacks CP, so Final averages logic_01 alone; one case counts as failed
+    assert "<td>72.67</td>" in board
+    assert re.search(r"<td>2</td><td>1</td></tr>", board)
