@@ -1,0 +1,466 @@
+"""Synthetic rollouts with a known answer, for the metamorphic check `opis validate`.
+
+Every rollout is the case image I0 seen by a camera that turns and comes back.
+A pure rotation moves every pixel by the same homography `H_t = K R_t K^-1`
+whatever the depth, so the faithful clip is exactly what an ideal world model
+would show for that camera, for any real photo, without knowing its geometry.
+
+The interventions edit ONE static target object of I0 *before* the camera
+moves, so the edit is consistent through the whole pan (a world model that
+forgot or changed the object would also do so consistently):
+
+- `removed`    the target is inpainted away (OpenCV Telea);
+- `recoloured` the target's hue is turned by a large angle (an achromatic
+                target is tinted first, since it has no hue to turn);
+- `squeezed`   the target is squeezed horizontally and sheared inside its own
+                box; the background it vacates is inpainted;
+- `duplicated` a copy of the target is pasted where no annotated instance is,
+                inside the part of I0 that stays in view during the whole pan;
+- `other_scene` another case's image under the same camera.
+
+Where the turned camera looks past the edge of I0 there is no content; that
+border is filled with a strongly blurred, greyed smear of the nearest edge
+pixels, so it holds no object-like structure that could pass for an object.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+
+from worldeval.media import sample_frame_indices, write_video
+from worldeval.opis.case import Case, rotation_from_angles
+
+INTERVENTIONS = ("faithful", "removed", "recoloured", "squeezed", "duplicated", "other_scene")
+# share of a mask's pixels that must project inside the frame for it to count as in view
+IN_VIEW_SHARE = 0.75
+
+
+class SynthError(Exception):
+    """An intervention that cannot be built for a case (e.g. no usable target)."""
+
+
+@dataclass
+class PanTrajectory:
+    """Pan-and-return: yaw/pitch follow a raised cosine 0 -> peak -> 0 over `duration_s`.
+
+    The clip has `round(duration_s * fps) + 1` frames so its last frame is
+    exactly the start pose (identity homography).
+    """
+
+    yaw_deg: float = 12.0
+    pitch_deg: float = 3.0
+    duration_s: float = 5.0
+    fps: float = 24.0
+
+    @property
+    def num_frames(self) -> int:
+        return int(round(self.duration_s * self.fps)) + 1
+
+    def profile(self, frame: int) -> float:
+        t = frame / self.fps
+        return 0.5 * (1.0 - math.cos(2.0 * math.pi * min(t, self.duration_s) / self.duration_s))
+
+    def rotation(self, frame: int) -> np.ndarray:
+        s = self.profile(frame)
+        return rotation_from_angles(self.yaw_deg * s, self.pitch_deg * s, 0.0)
+
+    def homography(self, frame: int, K: np.ndarray) -> np.ndarray:
+        """Maps I0 pixels (x, y, 1) to the pixels of frame `frame`."""
+        H = K @ self.rotation(frame) @ np.linalg.inv(K)
+        return H / H[2, 2]
+
+    def sampled(self, stride: int = 8, skip_seconds: float = 1.0) -> list[int]:
+        return sample_frame_indices(self.num_frames, self.fps, stride, skip_seconds)
+
+
+@dataclass
+class SynthConfig:
+    trajectory: PanTrajectory = field(default_factory=PanTrajectory)
+    hue_turn_deg: float = 150.0
+    min_saturation: float = 0.25  # below this median saturation a target is tinted before its hue is turned
+    squeeze_x: float = 0.6
+    max_shear: float = 0.3
+    target_area: tuple[float, float] = (0.01, 0.30)  # share of the image
+    min_fill: float = 0.2  # mask area / box area, so the target is an object and not a thin frame
+    min_in_view_frames: float = 0.5  # share of sampled frames in which the target must be in view
+    # Instances this large are surfaces things rest on (table, couch, bed); a copy may lie on one when the
+    # photo has no clear background, covering at most `max_support_cover` of it.
+    support_area: float = 0.15
+    max_support_cover: float = 0.25
+    border_grey: float = 0.5  # how much of the out-of-I0 fill is neutral grey
+    target_policy: str = "sized"  # sized | largest | colourful (how eligible targets are ranked)
+
+
+# ---------------------------------------------------------------- geometry
+
+
+def project_points(H: np.ndarray, xy: np.ndarray) -> np.ndarray:
+    p = np.c_[xy, np.ones(len(xy))] @ H.T
+    return p[:, :2] / p[:, 2:3]
+
+
+def in_view_share(mask: np.ndarray, H: np.ndarray, max_points: int = 4000) -> float:
+    """Share of the mask's pixels that land inside the frame under H."""
+    ys, xs = np.nonzero(mask)
+    if len(xs) == 0:
+        return 0.0
+    if len(xs) > max_points:
+        idx = np.linspace(0, len(xs) - 1, max_points).astype(int)
+        xs, ys = xs[idx], ys[idx]
+    p = project_points(H, np.c_[xs, ys].astype(np.float64))
+    h, w = mask.shape
+    inside = (p[:, 0] >= 0) & (p[:, 0] <= w - 1) & (p[:, 1] >= 0) & (p[:, 1] <= h - 1)
+    return float(inside.mean())
+
+
+def always_seen(shape: tuple[int, int], K: np.ndarray, traj: PanTrajectory, frames: list[int]) -> np.ndarray:
+    """I0 pixels that project inside the frame at every listed frame (the frame rectangle pulled back by H^-1)."""
+    h, w = shape
+    ok = np.ones((h, w), bool)
+    full = np.full((h, w), 255, np.uint8)
+    for f in frames:
+        back = cv2.warpPerspective(full, np.linalg.inv(traj.homography(f, K)), (w, h), flags=cv2.INTER_NEAREST)
+        ok &= back > 0
+    return ok
+
+
+def render_frame(image: np.ndarray, H: np.ndarray, border: np.ndarray) -> np.ndarray:
+    """I0 under homography H; pixels that see past I0's edge come from the prepared border image."""
+    h, w = image.shape[:2]
+    sharp = cv2.warpPerspective(image, H, (w, h), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT)
+    valid = cv2.warpPerspective(np.ones((h, w), np.float32), H, (w, h), flags=cv2.INTER_LINEAR)
+    if valid.min() >= 1.0 - 1e-6:
+        return sharp
+    fill = cv2.warpPerspective(border, H, (w, h), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+    return cv2.blendLinear(sharp, fill, valid, 1.0 - valid)
+
+
+def border_image(image: np.ndarray, grey: float) -> np.ndarray:
+    blurred = cv2.GaussianBlur(image, (0, 0), sigmaX=max(image.shape[:2]) / 20)
+    return ((1 - grey) * blurred.astype(np.float32) + grey * 128.0).round().astype(np.uint8)
+
+
+def render_rollout(image: np.ndarray, K: np.ndarray, traj: PanTrajectory, cfg: SynthConfig):
+    border = border_image(image, cfg.border_grey)
+    for f in range(traj.num_frames):
+        yield render_frame(image, traj.homography(f, K), border)
+
+
+# ---------------------------------------------------------------- interventions
+
+
+def _dilate(mask: np.ndarray, px: int) -> np.ndarray:
+    if px <= 0:
+        return mask.copy()
+    k = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * px + 1, 2 * px + 1))
+    return cv2.dilate(mask.astype(np.uint8), k) > 0
+
+
+def _box(mask: np.ndarray) -> tuple[int, int, int, int]:
+    ys, xs = np.nonzero(mask)
+    return int(xs.min()), int(ys.min()), int(xs.max() - xs.min() + 1), int(ys.max() - ys.min() + 1)
+
+
+def inpaint_region(image: np.ndarray, region: np.ndarray, keep: np.ndarray | None = None) -> np.ndarray:
+    """Fill `region` from its surroundings; pixels in `keep` (other objects) are never painted over."""
+    hole = _dilate(region, 4)
+    if keep is not None:
+        hole &= ~keep
+    radius = int(np.clip(math.sqrt(hole.sum()) / 20, 3, 15))
+    return cv2.inpaint(image, hole.astype(np.uint8) * 255, radius, cv2.INPAINT_TELEA)
+
+
+def remove_object(image: np.ndarray, target: np.ndarray, others: np.ndarray) -> np.ndarray:
+    return inpaint_region(image, target, keep=others & ~target)
+
+
+def recolour_object(image: np.ndarray, target: np.ndarray, hue_turn_deg: float, min_saturation: float) -> tuple[np.ndarray, dict]:
+    """Turn the target's hue; an achromatic target is first given saturation so that the turn shows."""
+    hsv = cv2.cvtColor(image, cv2.COLOR_RGB2HSV_FULL).astype(np.float32)  # H in 0..255 for 360 degrees
+    s = hsv[..., 1][target] / 255.0
+    tinted = bool(np.median(s) < min_saturation)
+    if tinted:
+        # Tint: give it a definite saturation, keep its shading (value) untouched.
+        hsv[..., 1][target] = np.maximum(hsv[..., 1][target], 0.55 * 255)
+    hsv[..., 0][target] = (hsv[..., 0][target] + hue_turn_deg / 360.0 * 256.0) % 256.0
+    out = cv2.cvtColor(hsv.round().clip(0, 255).astype(np.uint8), cv2.COLOR_HSV2RGB_FULL)
+    res = image.copy()
+    res[target] = out[target]
+    return res, {"hue_turn_deg": hue_turn_deg, "tinted": tinted, "median_saturation": float(np.median(s))}
+
+
+def squeeze_object(
+    image: np.ndarray, target: np.ndarray, others: np.ndarray, squeeze_x: float, max_shear: float
+) -> tuple[np.ndarray, np.ndarray, dict]:
+    """Squeeze the target horizontally about its box centre and shear it, keeping it inside its box."""
+    x, y, w, h = _box(target)
+    cx, cy = x + (w - 1) / 2, y + (h - 1) / 2
+    # Shear bounded so the squeezed, sheared object still fits the original box width.
+    shear = float(min(max_shear, (1 - squeeze_x) * w / max(h, 1)))
+    A = np.array([[squeeze_x, shear, cx - squeeze_x * cx - shear * cy], [0.0, 1.0, 0.0]], np.float64)
+    H, W = target.shape
+    background = inpaint_region(image, target, keep=others & ~target)
+    obj = cv2.warpAffine(image, A, (W, H), flags=cv2.INTER_LINEAR)
+    m = cv2.warpAffine(target.astype(np.uint8) * 255, A, (W, H), flags=cv2.INTER_LINEAR) > 127
+    # An occluder in front of the target stays in front.
+    m &= ~(others & ~target)
+    out = background.copy()
+    out[m] = obj[m]
+    return out, m, {"squeeze_x": squeeze_x, "shear": shear, "affine": A.tolist()}
+
+
+def find_free_spot(
+    target: np.ndarray, occupied: np.ndarray, allowed: np.ndarray, scales=(1.0, 0.85, 0.7, 0.55)
+) -> dict | None:
+    """Where a copy of the target fits with no pixel on an annotated instance and all pixels in `allowed`.
+
+    Returns {"scale", "dx", "dy", "mask"} (mask in I0 coordinates) or None. Among the fitting places
+    it takes the one farthest from every annotated instance, so the copy sits in clear background.
+    """
+    x, y, w, h = _box(target)
+    crop = target[y : y + h, x : x + w].astype(np.float32)
+    bad = (~allowed | occupied).astype(np.float32)
+    clearance = cv2.distanceTransform((~bad.astype(bool)).astype(np.uint8), cv2.DIST_L2, 5)
+    H, W = target.shape
+    for s in scales:
+        cw, ch = max(1, int(round(w * s))), max(1, int(round(h * s)))
+        if cw >= W or ch >= H:
+            continue
+        c = cv2.resize(crop, (cw, ch), interpolation=cv2.INTER_LINEAR) > 0.5
+        # overlap[y0, x0] = bad pixels under the copy placed with its top-left at (x0, y0)
+        overlap = cv2.matchTemplate(bad, c.astype(np.float32), cv2.TM_CCORR)
+        fits = overlap < 0.5
+        if not fits.any():
+            continue
+        ys, xs = np.nonzero(fits)
+        centre = clearance[np.clip(ys + ch // 2, 0, H - 1), np.clip(xs + cw // 2, 0, W - 1)]
+        # deterministic: most clearance, then top-most, then left-most
+        order = np.lexsort((xs, ys, -centre))
+        y0, x0 = int(ys[order[0]]), int(xs[order[0]])
+        m = np.zeros_like(target)
+        m[y0 : y0 + ch, x0 : x0 + cw] = c
+        return {"scale": s, "x0": x0, "y0": y0, "w": cw, "h": ch, "mask": m}
+    return None
+
+
+def duplicate_object(image: np.ndarray, target: np.ndarray, spot: dict) -> np.ndarray:
+    x, y, w, h = _box(target)
+    patch = cv2.resize(image[y : y + h, x : x + w], (spot["w"], spot["h"]), interpolation=cv2.INTER_AREA)
+    out = image.copy()
+    region = out[spot["y0"] : spot["y0"] + spot["h"], spot["x0"] : spot["x0"] + spot["w"]]
+    m = spot["mask"][spot["y0"] : spot["y0"] + spot["h"], spot["x0"] : spot["x0"] + spot["w"]]
+    region[m] = patch[m]
+    return out
+
+
+def other_scene_image(other: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+    """Another image scaled to cover `shape` and centre-cropped to it."""
+    h, w = shape
+    oh, ow = other.shape[:2]
+    s = max(h / oh, w / ow)
+    r = cv2.resize(other, (max(w, int(math.ceil(ow * s))), max(h, int(math.ceil(oh * s)))), interpolation=cv2.INTER_AREA)
+    y0, x0 = (r.shape[0] - h) // 2, (r.shape[1] - w) // 2
+    return np.ascontiguousarray(r[y0 : y0 + h, x0 : x0 + w])
+
+
+# ---------------------------------------------------------------- target choice
+
+
+def _saturation(image: np.ndarray, mask: np.ndarray) -> float:
+    hsv = cv2.cvtColor(image, cv2.COLOR_RGB2HSV_FULL)
+    return float(np.median(hsv[..., 1][mask]) / 255.0)
+
+
+def _duplicate_spot(case: Case, target_id: str, seen: np.ndarray, cfg: SynthConfig) -> dict | None:
+    """A place for the target's copy: clear background first, else on a large supporting surface."""
+    target = case.masks[target_id]
+    total = target.size
+    static = {i.id for i in case.instances if i.track == "static"}
+    supports = {
+        iid: m
+        for iid, m in case.masks.items()
+        if iid != target_id and iid in static and m.sum() / total >= cfg.support_area
+    }
+    strict = np.zeros(case.shape, bool)
+    for m in case.masks.values():
+        strict |= m
+    spot = find_free_spot(target, _dilate(strict, 6), seen)
+    if spot is not None:
+        spot["on_support"] = None
+        return spot
+    if not supports:
+        return None
+    loose = _dilate(target, 6)
+    for iid, m in case.masks.items():
+        if iid not in supports:
+            loose |= _dilate(m, 6)
+    spot = find_free_spot(target, loose, seen)
+    if spot is None:
+        return None
+    cover = {iid: float((spot["mask"] & m).sum() / m.sum()) for iid, m in supports.items()}
+    if max(cover.values()) > cfg.max_support_cover:
+        return None
+    spot["on_support"] = max(cover, key=cover.get)
+    return spot
+
+
+def choose_target(case: Case, cfg: SynthConfig) -> dict:
+    """The one static rigid object every intervention edits, chosen by fixed rules.
+
+    Eligible: static track, rigid, area within `target_area`, filling >= `min_fill` of its box,
+    in view in at least `min_in_view_frames` of the sampled frames, and a free spot for its copy.
+    Policy "sized" (default) ranks the one closest to 6% of the image first, then the more colourful,
+    then by id; "largest" and "colourful" rank by area or saturation.
+    """
+    traj = cfg.trajectory
+    K = case.intrinsics()
+    frames = traj.sampled()
+    Hs = [traj.homography(f, K) for f in frames]
+    seen = always_seen(case.shape, K, traj, frames)
+    candidates, rejected = [], {}
+    for inst in case.instances:
+        m = case.masks[inst.id]
+        area = float(m.mean())
+        x, y, w, h = _box(m)
+        why = None
+        if inst.track != "static" or inst.kinematics != "rigid":
+            why = f"{inst.track}/{inst.kinematics}"
+        elif not cfg.target_area[0] <= area <= cfg.target_area[1]:
+            why = f"area {area:.3f} outside {cfg.target_area}"
+        elif m.sum() / (w * h) < cfg.min_fill:
+            why = f"fills {m.sum() / (w * h):.2f} of its box"
+        elif np.mean([in_view_share(m, H) >= IN_VIEW_SHARE for H in Hs]) < cfg.min_in_view_frames:
+            why = "out of view in most sampled frames"
+        if why is None:
+            spot = _duplicate_spot(case, inst.id, seen, cfg)
+            if spot is None:
+                why = "no free spot for a copy"
+        if why is not None:
+            rejected[inst.id] = why
+            continue
+        sat = _saturation(case.image, m)
+        candidates.append((abs(math.log(area / 0.06)), -sat, inst.id, spot, area, sat))
+    if not candidates:
+        raise SynthError(f"case {case.id}: no eligible target ({'; '.join(f'{k}: {v}' for k, v in rejected.items())})")
+    if cfg.target_policy == "sized":
+        candidates.sort(key=lambda c: (c[0], c[1], c[2]))
+    elif cfg.target_policy == "largest":
+        candidates.sort(key=lambda c: (-c[4], c[2]))
+    elif cfg.target_policy == "colourful":
+        candidates.sort(key=lambda c: (c[1], c[0], c[2]))
+    else:
+        raise ValueError(f"unknown target policy {cfg.target_policy!r} (sized, largest, colourful)")
+    _, _, iid, spot, area, sat = candidates[0]
+    inst = next(i for i in case.instances if i.id == iid)
+    return {
+        "instance_id": iid,
+        "category": inst.category,
+        "bbox": list(_box(case.masks[iid])),
+        "area": area,
+        "saturation": sat,
+        "spot": spot,
+        "rejected": rejected,
+    }
+
+
+# ---------------------------------------------------------------- one case
+
+
+def ground_truth(case: Case, traj: PanTrajectory, target_mask: np.ndarray | None, dup_mask: np.ndarray | None) -> dict:
+    """What is true of every frame of the clip: the camera homography and what share of the target
+    (and of its copy) lies inside the frame. Frame k of every intervention shares these."""
+    K = case.intrinsics()
+    gt: dict[str, Any] = {"homography": [], "target_in_view_share": [], "duplicate_in_view_share": []}
+    for f in range(traj.num_frames):
+        H = traj.homography(f, K)
+        gt["homography"].append(np.round(H, 8).tolist())
+        gt["target_in_view_share"].append(None if target_mask is None else round(in_view_share(target_mask, H), 4))
+        gt["duplicate_in_view_share"].append(None if dup_mask is None else round(in_view_share(dup_mask, H), 4))
+    gt["in_view_share_threshold"] = IN_VIEW_SHARE
+    return gt
+
+
+def synthesize_case(
+    case: Case,
+    out_dir: str | Path,
+    other: Case | None = None,
+    cfg: SynthConfig | None = None,
+    interventions: tuple[str, ...] = INTERVENTIONS,
+) -> dict:
+    """Write `out_dir/<intervention>/<case_id>.mp4` for each intervention; return the ground-truth record.
+
+    The record names the target, each intervention's parameters and, per frame,
+    the true camera homography and what share of the target (and of its copy) is in view.
+    An intervention that cannot be built is recorded under "skipped" with the reason.
+    """
+    cfg = cfg or SynthConfig()
+    traj = cfg.trajectory
+    out_dir = Path(out_dir)
+    K = case.intrinsics()
+    record: dict[str, Any] = {
+        "case_id": case.id,
+        "trajectory": asdict(traj),
+        "num_frames": traj.num_frames,
+        "fps": traj.fps,
+        "K": K.tolist(),
+        "border_fill": "blurred edge smear mixed with neutral grey",
+        "videos": {},
+        "interventions": {},
+        "skipped": {},
+    }
+    try:
+        target = choose_target(case, cfg)
+    except SynthError as exc:
+        target = None
+        record["target"] = None
+        record["target_error"] = str(exc)
+    tmask = case.masks[target["instance_id"]] if target else None
+    others = np.zeros(case.shape, bool)
+    for iid, m in case.masks.items():
+        if target is None or iid != target["instance_id"]:
+            others |= m
+    if target:
+        spot = target.pop("spot")
+        record["target"] = target
+    images: dict[str, np.ndarray] = {}
+    for name in interventions:
+        if name == "faithful":
+            images[name], params = case.image, {}
+        elif name == "other_scene":
+            if other is None:
+                record["skipped"][name] = "no other case in the dataset"
+                continue
+            images[name], params = other_scene_image(other.image, case.shape), {"other_case": other.id}
+        elif target is None:
+            record["skipped"][name] = record["target_error"]
+            continue
+        elif name == "removed":
+            images[name], params = remove_object(case.image, tmask, others), {}
+        elif name == "recoloured":
+            images[name], params = recolour_object(case.image, tmask, cfg.hue_turn_deg, cfg.min_saturation)
+        elif name == "squeezed":
+            img, m, params = squeeze_object(case.image, tmask, others, cfg.squeeze_x, cfg.max_shear)
+            images[name] = img
+            params["squeezed_area_share"] = float(m.sum() / tmask.sum())
+        elif name == "duplicated":
+            images[name] = duplicate_object(case.image, tmask, spot)
+            params = {k: spot[k] for k in ("scale", "x0", "y0", "w", "h", "on_support")}
+            params["bbox"] = list(_box(spot["mask"]))
+        else:
+            raise ValueError(f"unknown intervention {name!r}")
+        video = out_dir / name / f"{case.id}.mp4"
+        write_video(video, render_rollout(images[name], K, traj, cfg), traj.fps)
+        record["videos"][name] = str(video)
+        record["interventions"][name] = params
+    dup = None
+    if target is not None and "duplicated" in record["interventions"]:
+        dup = spot["mask"]
+    record["ground_truth"] = ground_truth(case, traj, tmask, dup)
+    record["_images"] = images  # in-memory only (tests, previews); dropped before writing JSON
+    return record

@@ -1,0 +1,355 @@
+"""`opis validate`: a metamorphic self-check of the evaluator on a dataset's own images.
+
+For every case, `synth` renders a faithful rollout (a pure camera rotation of
+I0, which any correct evaluator must accept) and rollouts in which one static
+target object was removed, recoloured, squeezed or duplicated, plus one that
+shows a different scene. The evaluator runs on all of them exactly as on a
+real model (`run_eval`, same archive), and this module checks that its OWN
+measurements of the target moved the way each edit implies, compared with the
+faithful rollout of the same case. Whether the target is in view in a frame is
+taken from the synthetic ground truth (the known homography), never from the
+evaluator, so an evaluator cannot pass by declaring the target unassessable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from worldeval.opis.case import CaseError, iter_case_dirs, load_case
+from worldeval.opis.synth import INTERVENTIONS, PanTrajectory, SynthConfig, synthesize_case
+from worldeval.runs import atomic_write_json
+
+CHECKS = ("faithful", "removed", "recoloured", "squeezed", "duplicated", "other_scene")
+
+
+@dataclass
+class Thresholds:
+    """What each intervention must do to the evaluator's measurements (issue 3's acceptance rule)."""
+
+    faithful_opis: float = 60.0  # faithful OPIS at least this
+    faithful_matched: float = 0.80  # target matched in at least this share of in-view frames
+    removed_unmatched: float = 1.0  # target unmatched in this share of in-view frames (all of them)
+    removed_p_drop: float = 25.0  # P lower than faithful by at least this
+    recoloured_appearance_drop: float = 0.10  # target mean appearance lower by at least this
+    squeezed_structure_drop: float = 0.10  # target mean structure lower by at least this
+    duplicated_extra_frames: float = 0.5  # more than this share of frames (copy in view) hold an extra row
+    duplicated_p_drop: float = 25.0
+    other_scene_opis_drop: float = 25.0
+    required_pass_rate: float = 0.90  # share of cases that must pass each check
+
+
+@dataclass
+class ValidateConfig:
+    synth: SynthConfig = field(default_factory=SynthConfig)
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    backend: str = "classical"
+    device: str = "cpu"
+    workers: int = 1
+    executor: str = "local"
+    force: bool = False
+
+    def synth_hash(self) -> str:
+        return hashlib.sha256(json.dumps(asdict(self.synth), sort_keys=True).encode()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------- synthesis step
+
+
+def synthesize_dataset(
+    dataset: Path, out: Path, cfg: ValidateConfig, log: Callable[[str], None] = print
+) -> tuple[dict[str, dict], dict[str, dict]]:
+    """Render the rollouts of every case (resuming: a case whose record matches the config is kept).
+
+    Returns (records by case id, load errors by case folder name).
+    """
+    cases, errors = [], {}
+    for d in iter_case_dirs(dataset):
+        try:
+            cases.append(load_case(d))
+        except CaseError as exc:
+            errors[d.name] = {"file": exc.file, "field": exc.field, "message": exc.reason}
+            log(f"case {d.name}: skipped ({exc})")
+    records: dict[str, dict] = {}
+    h = cfg.synth_hash()
+    for k, case in enumerate(cases):
+        rec_path = out / "synth" / f"{case.id}.json"
+        if rec_path.exists() and not cfg.force:
+            try:
+                rec = json.loads(rec_path.read_text())
+                if rec.get("synth_hash") == h and all(Path(v).exists() for v in rec["videos"].values()):
+                    records[case.id] = rec
+                    continue
+            except (json.JSONDecodeError, KeyError):
+                pass  # torn or foreign record: render again
+        # The "other scene" is the next case's photo (cyclic), so it is a real scene, never a blank.
+        other = cases[(k + 1) % len(cases)] if len(cases) > 1 else None
+        t0 = time.perf_counter()
+        rec = synthesize_case(case, out / "rollouts", other=other, cfg=cfg.synth)
+        rec.pop("_images", None)
+        rec["synth_hash"] = h
+        rec["synth_seconds"] = round(time.perf_counter() - t0, 2)
+        atomic_write_json(rec_path, rec)
+        records[case.id] = rec
+        tgt = rec.get("target") or {}
+        log(f"synth {case.id}: target {tgt.get('instance_id')} ({tgt.get('category')}), "
+            f"{len(rec['videos'])} rollouts, {rec['synth_seconds']:.1f}s"
+            + (f", skipped {sorted(rec['skipped'])}" if rec["skipped"] else ""))
+    return records, errors
+
+
+# ---------------------------------------------------------------- measurements
+
+
+def _mean(values) -> float | None:
+    v = [float(x) for x in values if x is not None and not (isinstance(x, float) and math.isnan(x))]
+    return float(np.mean(v)) if v else None
+
+
+def target_measurements(rows: pd.DataFrame, rec: dict, target_id: str | None) -> dict:
+    """The evaluator's measurements of the target (and extras) in one rollout, next to the ground truth."""
+    gt = rec["ground_truth"]
+    thr = gt["in_view_share_threshold"]
+    frames = sorted(int(f) for f in rows["frame"].unique())
+    out: dict[str, Any] = {"sampled_frames": len(frames)}
+    extras = rows[rows["extra"].astype(bool)]
+    per_frame_extra = extras.groupby("frame").size().to_dict() if len(extras) else {}
+    out["extra_rows"] = int(len(extras))
+    out["frames_with_extra"] = int(sum(1 for f in frames if per_frame_extra.get(f, 0) > 0))
+    dup_share = gt.get("duplicate_in_view_share") or []
+    dup_frames = [f for f in frames if f < len(dup_share) and dup_share[f] is not None and dup_share[f] >= thr]
+    out["duplicate_in_view_frames"] = len(dup_frames)
+    out["extra_share_where_copy_in_view"] = (
+        sum(1 for f in dup_frames if per_frame_extra.get(f, 0) > 0) / len(dup_frames) if dup_frames else None
+    )
+    if target_id is None:
+        return out
+    t = rows[rows["instance_id"] == target_id].set_index("frame")
+    share = gt["target_in_view_share"]
+    in_view = [f for f in frames if f < len(share) and share[f] is not None and share[f] >= thr]
+    matched = [f for f in in_view if f in t.index and bool(t.at[f, "matched"])]
+    out["target_in_view_frames"] = len(in_view)
+    out["target_matched_in_view"] = len(matched)
+    out["target_matched_share"] = len(matched) / len(in_view) if in_view else None
+    mt = t[t["matched"].astype(bool)]
+    out["target_appearance"] = _mean(mt["appearance"].tolist())
+    out["target_structure"] = _mean(t["structure"].tolist())
+    out["target_visibility"] = {str(k): int(v) for k, v in t["visibility"].fillna("null").value_counts().items()}
+    out["target_ambiguous_frames"] = int(t["ambiguous"].astype(bool).sum())
+    return out
+
+
+def _num(x) -> float | None:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
+
+
+def judge(name: str, m: dict, base: dict | None, sc: dict, base_sc: dict | None, th: Thresholds) -> tuple[bool, str]:
+    """Did the evaluator's measurements move the way intervention `name` implies? (pass, reason)"""
+    def drop(a, b):
+        return None if a is None or b is None else a - b
+
+    if name == "faithful":
+        opis, ms = _num(sc.get("OPIS")), m.get("target_matched_share")
+        if opis is None:
+            return False, "OPIS undefined"
+        if ms is None:
+            return False, "target never in view"
+        ok = opis >= th.faithful_opis and ms >= th.faithful_matched
+        return ok, f"OPIS {opis:.1f} (>= {th.faithful_opis:g}), target matched {ms:.0%} of in-view frames (>= {th.faithful_matched:.0%})"
+    if base is None or base_sc is None:
+        return False, "faithful rollout not evaluated"
+    if name == "removed":
+        n = m.get("target_in_view_frames") or 0
+        if n == 0:
+            return False, "target never in view"
+        unmatched = 1 - m["target_matched_in_view"] / n
+        d = drop(_num(base_sc.get("P")), _num(sc.get("P")))
+        ok = unmatched >= th.removed_unmatched and d is not None and d >= th.removed_p_drop
+        return ok, f"unmatched in {unmatched:.0%} of in-view frames, P drop {_fmt(d)} (>= {th.removed_p_drop:g})"
+    if name == "recoloured":
+        d = drop(base.get("target_appearance"), m.get("target_appearance"))
+        if m.get("target_appearance") is None:
+            return False, "recoloured target never matched: no appearance measured"
+        return d is not None and d >= th.recoloured_appearance_drop, f"appearance drop {_fmt(d, 3)} (>= {th.recoloured_appearance_drop:g})"
+    if name == "squeezed":
+        d = drop(base.get("target_structure"), m.get("target_structure"))
+        if m.get("target_structure") is None:
+            return False, "no structure measured on the squeezed target"
+        return d is not None and d >= th.squeezed_structure_drop, f"structure drop {_fmt(d, 3)} (>= {th.squeezed_structure_drop:g})"
+    if name == "duplicated":
+        es = m.get("extra_share_where_copy_in_view")
+        d = drop(_num(base_sc.get("P")), _num(sc.get("P")))
+        ok = es is not None and es > th.duplicated_extra_frames and d is not None and d >= th.duplicated_p_drop
+        return ok, f"extra rows in {_fmt_pct(es)} of frames with the copy in view (> {th.duplicated_extra_frames:.0%}), P drop {_fmt(d)} (>= {th.duplicated_p_drop:g})"
+    if name == "other_scene":
+        d = drop(_num(base_sc.get("OPIS")), _num(sc.get("OPIS")))
+        return d is not None and d >= th.other_scene_opis_drop, f"OPIS drop {_fmt(d)} (>= {th.other_scene_opis_drop:g})"
+    raise ValueError(name)
+
+
+def _fmt(x, nd: int = 1) -> str:
+    return "n/a" if x is None else f"{x:.{nd}f}"
+
+
+def _fmt_pct(x) -> str:
+    return "n/a" if x is None else f"{x:.0%}"
+
+
+# ---------------------------------------------------------------- the whole check
+
+
+def evaluate_rollouts(dataset: Path, out: Path, records: dict[str, dict], cfg: ValidateConfig, log=print) -> Path:
+    """Run the evaluator on every intervention's rollout folder as if each were a model. Returns RUN_DIR."""
+    from worldeval.opis.evaluate import run_eval
+
+    run_dir = out / "run"
+    for name in INTERVENTIONS:
+        folder = out / "rollouts" / name
+        if not folder.is_dir():
+            continue
+        t0 = time.perf_counter()
+        summary = run_eval(
+            dataset, folder, name, run_dir, backend=cfg.backend, device=cfg.device, workers=cfg.workers,
+            executor=cfg.executor, force=False,
+        )
+        log(f"eval {name}: {time.perf_counter() - t0:.1f}s {_short(summary)}")
+    return run_dir
+
+
+def _short(summary: Any) -> str:
+    if not isinstance(summary, dict):
+        return ""
+    keep = {k: v for k, v in summary.items() if isinstance(v, (int, float, str)) and k != "run_dir"}
+    return json.dumps(keep, default=str)[:200]
+
+
+def _status(run_dir: Path, model: str, case_id: str) -> dict | None:
+    p = run_dir / "status" / model / f"{case_id}.json"
+    try:
+        return json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def assess(run_dir: Path, records: dict[str, dict], load_errors: dict, cfg: ValidateConfig) -> dict:
+    """Per case and intervention: measurements, case-level P/I/S/OPIS, pass/fail with the reason; pass rates."""
+    from worldeval.opis.archive import read_archive
+    from worldeval.opis.scoring import ScoreConfig, score_runs
+
+    th = cfg.thresholds
+    try:
+        scores = score_runs([run_dir], ScoreConfig(bootstrap=0))
+        by_case = {(c["model"], c["case_id"]): c for c in scores["cases"]}
+        df = read_archive([run_dir])
+    except Exception as exc:  # nothing evaluated at all: report it, every check fails
+        by_case, df = {}, None
+        scores = {"error": str(exc)}
+    results: dict[str, dict] = {}
+    for case_id, rec in records.items():
+        tid = (rec.get("target") or {}).get("instance_id")
+        per: dict[str, dict] = {}
+        for name in CHECKS:
+            entry: dict[str, Any] = {"intervention": name}
+            if name in rec["skipped"] or name not in rec["videos"]:
+                entry.update(passed=False, skipped=True, reason=rec["skipped"].get(name, "not synthesised"))
+                per[name] = entry
+                continue
+            sc = by_case.get((name, case_id))
+            rows = None if df is None else df[(df["model"] == name) & (df["case_id"] == case_id)]
+            if sc is None or rows is None or rows.empty:
+                st = _status(run_dir, name, case_id) or {}
+                err = st.get("error") or {"message": "no measurements in the run folder"}
+                entry.update(passed=False, error=err, reason=f"evaluation failed: {err.get('message')}")
+                per[name] = entry
+                continue
+            entry["scores"] = {k: _num(sc.get(k)) for k in ("P", "I", "S", "C_S", "OPIS")}
+            entry["measurements"] = target_measurements(rows, rec, tid)
+            per[name] = entry
+        base = per.get("faithful", {})
+        for name, entry in per.items():
+            if "measurements" not in entry:
+                continue
+            ok, why = judge(name, entry["measurements"], base.get("measurements"), entry["scores"], base.get("scores"), th)
+            entry["passed"], entry["reason"] = bool(ok), why
+        results[case_id] = {"target": rec.get("target"), "checks": per}
+    n = len(records) + len(load_errors)
+    rates = {}
+    for name in CHECKS:
+        passed = sum(1 for r in results.values() if r["checks"][name].get("passed"))
+        skipped = sum(1 for r in results.values() if r["checks"][name].get("skipped"))
+        rates[name] = {
+            "passed": passed,
+            "cases": n,
+            "skipped": skipped,
+            "rate": passed / n if n else None,
+            "required": th.required_pass_rate,
+            "ok": bool(n and passed / n >= th.required_pass_rate),
+        }
+    return {
+        "cases": results,
+        "load_errors": load_errors,
+        "pass_rates": rates,
+        "all_ok": all(r["ok"] for r in rates.values()),
+        "scores_error": scores.get("error") if isinstance(scores, dict) else None,
+    }
+
+
+def run_validate(
+    dataset: str | Path, out: str | Path, cfg: ValidateConfig | None = None, log: Callable[[str], None] = print
+) -> dict:
+    """Synthesise, evaluate, assess; writes `out/validate.json` and returns the same object."""
+    cfg = cfg or ValidateConfig()
+    dataset, out = Path(dataset), Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    records, errors = synthesize_dataset(dataset, out, cfg, log)
+    t1 = time.perf_counter()
+    run_dir = evaluate_rollouts(dataset, out, records, cfg, log)
+    t2 = time.perf_counter()
+    result = assess(run_dir, records, errors, cfg)
+    result["config"] = {
+        "dataset": str(dataset),
+        "backend": cfg.backend,
+        "device": cfg.device,
+        "synth": asdict(cfg.synth),
+        "thresholds": asdict(cfg.thresholds),
+    }
+    result["run_dir"] = str(run_dir)
+    result["timings"] = {"synthesis_s": round(t1 - t0, 2), "evaluation_s": round(t2 - t1, 2), "total_s": round(time.perf_counter() - t0, 2)}
+    atomic_write_json(out / "validate.json", result)
+    return result
+
+
+def render_table(result: dict):
+    """A rich table: one row per case, one column per check, then the pass rates."""
+    from rich.table import Table
+
+    table = Table(title="opis validate: did the evaluator's own measurements move as each edit implies?")
+    table.add_column("case")
+    table.add_column("target")
+    for name in CHECKS:
+        table.add_column(name)
+    for case_id, r in result["cases"].items():
+        tgt = r.get("target") or {}
+        cells = []
+        for name in CHECKS:
+            e = r["checks"][name]
+            mark = "[green]pass[/]" if e.get("passed") else ("[yellow]skip[/]" if e.get("skipped") else "[red]FAIL[/]")
+            s = e.get("scores") or {}
+            psi = f"P{_fmt(s.get('P'), 0)} I{_fmt(s.get('I'), 0)} S{_fmt(s.get('S'), 0)} O{_fmt(s.get('OPIS'), 0)}" if s else ""
+            cells.append(f"{mark} {psi}\n{e.get('reason', '')}")
+        table.add_row(case_id, f"{tgt.get('instance_id', '-')}\n{tgt.get('category', '')}", *cells)
+    rates = result["pass_rates"]
+    table.add_row(
+        "[bold]pass rate[/]", f"need >= {next(iter(rates.values()))['required']:.0%}",
+        *[("[green]" if rates[n]["ok"] else "[red]") + f"{rates[n]['passed']}/{rates[n]['cases']}[/]" for n in CHECKS],
+    )
+    return table
