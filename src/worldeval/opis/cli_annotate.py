@@ -1,9 +1,154 @@
-"""Command registration (placeholder until its owner fills it in)."""
+"""`worldeval opis annotate`: build an OPIS case folder from one image."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Optional
 
 import typer
 
 
+def _parse_per_object(values: list[str] | None, n: int, option: str) -> list[str | None]:
+    """`--kinematics rigid` applies to all objects; `--kinematics 2=deformable` to the 2nd (1-based)."""
+    out: list[str | None] = [None] * n
+    for v in values or []:
+        if "=" in v:
+            k, label = v.split("=", 1)
+            try:
+                i = int(k) - 1
+            except ValueError as exc:
+                raise typer.BadParameter(f"{v!r}: expected N=LABEL with N the object's 1-based position", param_hint=option) from exc
+            if not 0 <= i < n:
+                raise typer.BadParameter(f"{v!r}: there are {n} objects", param_hint=option)
+            out[i] = label
+        else:
+            out = [label if label is not None else v for label in out]
+    return out
+
+
+def _annotate(
+    image: Optional[Path] = typer.Argument(None, help="Input image I0 (jpg/png). Optional with --spec when the spec names it."),
+    out: Path = typer.Option(..., "--out", help="Case folder to write (case.json, input.png, geometry.npz)."),
+    spec: Optional[Path] = typer.Option(None, "--spec", help="JSON annotation spec (objects, camera, ids); see docs/demo.md."),
+    objects: Optional[List[str]] = typer.Option(
+        None, "--object", help="'noun phrase:x,y,w,h' (box) or with --point 'noun phrase:x,y'. Repeatable."),
+    point: bool = typer.Option(False, "--point", help="--object coordinates are points, not boxes."),
+    kinematics: Optional[List[str]] = typer.Option(
+        None, "--kinematics", help="rigid|articulated|deformable for all objects, or N=LABEL for the N-th."),
+    track: Optional[List[str]] = typer.Option(
+        None, "--track", help="static|dynamic for all objects, or N=LABEL (default: static if rigid, else dynamic)."),
+    backend: str = typer.Option("grabcut", "--backend", help="Mask source: grabcut (embedded) or hf (SAM 2/3)."),
+    case_id: Optional[str] = typer.Option(None, "--id", help="Case id (default: the output folder's name)."),
+    domain: Optional[str] = typer.Option(None, "--domain", help="Domain (default real_world)."),
+    subcategory: Optional[str] = typer.Option(None, "--subcategory", help="Subcategory (default unspecified)."),
+    instruction: Optional[str] = typer.Option(None, "--instruction", help="Text prompt (default: written from the camera task)."),
+    camera: Optional[str] = typer.Option(
+        None, "--camera", help="Camera preset (pan-right-return, pan-left-return, tilt-up-return, tilt-down-return, "
+                               "truck-right-return, dolly-in-return, hold) or a JSON file with a camera_task."),
+    amount: Optional[float] = typer.Option(None, "--camera-amount", help="Preset amplitude (degrees, or depth units)."),
+    duration: Optional[float] = typer.Option(None, "--duration", help="Camera task duration in seconds (default 10)."),
+    fps: Optional[float] = typer.Option(None, "--fps", help="Camera task frame rate (default 24)."),
+    max_side: Optional[int] = typer.Option(None, "--max-side", help="Downscale the image so its longest side is at most this."),
+    depth: Optional[str] = typer.Option(
+        None, "--depth", help="Depth: a .npy/.npz file, or 'model' (a backend's depth estimator); default: flat fallback."),
+    dedup_iou: Optional[float] = typer.Option(None, "--dedup-iou", help="Drop an instance overlapping an earlier one at this mask IoU."),
+    no_embeddings: bool = typer.Option(False, "--no-embeddings", help="Skip reference embeddings."),
+    propose: bool = typer.Option(False, "--propose", help="Ask the configured VLM for noun phrases and boxes."),
+    base_url: Optional[str] = typer.Option(None, "--base-url", help="VLM endpoint (OpenAI-compatible)."),
+    judge_model: Optional[str] = typer.Option(None, "--judge-model", help="VLM model name."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", help="VLM API key (never written anywhere)."),
+    device: str = typer.Option("cpu", "--device", help="Device for the hf backend / depth model."),
+    seed: int = typer.Option(0, "--seed", help="Seed of GrabCut's initialisation."),
+    quiet: bool = typer.Option(False, "--quiet"),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON summary."),
+) -> None:
+    """Build an OPIS case from IMAGE: masks from box/point prompts, labels, geometry, camera task."""
+    from rich.console import Console
+
+    from worldeval.media import read_image
+    from worldeval.opis.annotate import AnnotateError, AnnotateSpec, annotate, load_spec_file, parse_object_option
+
+    err = Console(stderr=True)
+    try:
+        if spec is not None:
+            aspec, spec_image = load_spec_file(spec)
+        else:
+            aspec, spec_image = AnnotateSpec(objects=[]), None
+        image_path = image or spec_image
+        if image_path is None:
+            raise AnnotateError("IMAGE", "image", "give an image argument or an 'image' field in --spec")
+        prompts = [parse_object_option(o, point=point) for o in objects or []]
+        if prompts:
+            aspec.objects = aspec.objects + prompts
+        n = len(aspec.objects)
+        for k, label in enumerate(_parse_per_object(kinematics, n, "--kinematics")):
+            if label is not None:
+                aspec.objects[k].kinematics = label
+        for k, label in enumerate(_parse_per_object(track, n, "--track")):
+            if label is not None:
+                aspec.objects[k].track = label
+        from worldeval.opis.annotate import _check_prompt
+
+        for k, p in enumerate(aspec.objects):
+            _check_prompt(p, spec or "--object", k)
+        aspec.segmenter = backend
+        aspec.case_id = case_id or (aspec.case_id if spec is not None and aspec.case_id != "case_0001" else out.name)
+        for attr, value in (("domain", domain), ("subcategory", subcategory), ("instruction", instruction),
+                            ("camera_amount", amount), ("duration_s", duration), ("fps", fps),
+                            ("max_side", max_side), ("depth", depth), ("dedup_iou", dedup_iou)):
+            if value is not None:
+                setattr(aspec, attr, value)
+        if depth and depth != "model":
+            aspec.depth = str(Path(depth).resolve())
+        if camera is not None:
+            if camera.endswith(".json"):
+                try:
+                    data = json.loads(Path(camera).read_text(encoding="utf-8"))
+                except (OSError, json.JSONDecodeError) as exc:
+                    raise AnnotateError(camera, "camera_task", f"cannot read: {exc}") from exc
+                aspec.camera = data.get("camera_task", data)
+            else:
+                aspec.camera = camera
+        aspec.seed = seed
+        aspec.embeddings = not no_embeddings
+        judge = None
+        if propose or not aspec.objects:
+            from worldeval.judge import JudgeConfig
+
+            try:
+                judge = JudgeConfig.resolve(base_url=base_url, model=judge_model, api_key=api_key)
+            except ValueError as exc:
+                if not aspec.objects:
+                    raise AnnotateError("--object", "objects", f"no objects given and no VLM configured ({exc})") from exc
+            if propose:
+                aspec.objects = []
+        try:
+            img = read_image(image_path)
+        except ValueError as exc:
+            raise AnnotateError(image_path, "image", str(exc)) from exc
+        steps = (lambda s: None) if (quiet or as_json) else (lambda s: err.print(f"[dim]{s}...[/dim]"))
+        case_json = annotate(img, aspec, out, judge_config=judge, device=device, on_step=steps)
+    except AnnotateError as exc:
+        err.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2)
+
+    data = json.loads(case_json.read_text(encoding="utf-8"))
+    summary = {
+        "case": str(case_json.parent),
+        "id": data["id"],
+        "instances": [{"id": i["id"], "category": i["category"], "bbox": i["bbox"], "kinematics": i["kinematics"],
+                       "track": i["track"]} for i in data["instances"]],
+        "dropped_duplicates": data["annotation"]["dropped_duplicates"],
+        "geometry": data["annotation"]["geometry"],
+    }
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2))
+    elif not quiet:
+        Console().print(f"wrote {case_json} with {len(summary['instances'])} instances "
+                        f"({len(summary['dropped_duplicates'])} duplicates dropped; geometry: {summary['geometry']})")
+
+
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to `app`."""
+    """Add `annotate` to the `opis` command group."""
+    app.command("annotate")(_annotate)

@@ -82,12 +82,12 @@ class CommandProducer(Producer):
             proc = subprocess.run(argv, cwd=self.cwd, capture_output=True, text=True, timeout=self.timeout_s,
                                   env=os.environ.copy(), check=False)
         except FileNotFoundError as exc:
-            raise ProduceError(argv[0], "cmd", f"program not found: {exc}") from exc
+            raise ProduceError(case.root, "cmd", f"program not found: {argv[0]}") from exc
         except subprocess.TimeoutExpired as exc:
-            raise ProduceError(argv[0], "cmd", f"timed out after {self.timeout_s} s") from exc
+            raise ProduceError(case.root, "cmd", f"{argv[0]} timed out after {self.timeout_s} s") from exc
         if proc.returncode != 0:
             tail = (proc.stderr or proc.stdout or "").strip()[-800:]
-            raise ProduceError(argv[0], "cmd", f"exit status {proc.returncode}: {tail}")
+            raise ProduceError(case.root, "cmd", f"{argv[0]} exited with status {proc.returncode}: {tail}")
         if not tmp.exists():
             raise ProduceError(tmp, "out", "the command succeeded but wrote no video at {out}")
         try:
