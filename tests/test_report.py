@@ -269,3 +269,53 @@ def test_worldcast_only_run_with_a_failed_judgment(tmp_path):
     # phys_01 now lacks CP, so Final averages logic_01 alone; one case counts as failed
     assert "<td>72.67</td>" in board
     assert re.search(r"<td>2</td><td>1</td></tr>", board)
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    root = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+    if not root.is_dir():
+        pytest.skip(f"shared test data not found at {root}")
+    return root
+
+
+def test_real_hd_video_is_downscaled_and_boxes_follow(tmp_path, shared_data):
+    """A real 1296x720 handheld clip: frames are shrunk to --thumb-side and outlines scale with them."""
+    from worldeval.media import decode_frames, read_image, sample_frame_indices
+    from worldeval.opis.archive import write_case_part
+    from worldeval.opis.case import mask_bbox, write_case
+    from worldeval.runs import atomic_write_json
+
+    video = shared_data / "cotracker_apple" / "apple.mp4"
+    mask = read_image(shared_data / "cotracker_apple" / "apple_mask.png")[..., 0] > 127
+    first = decode_frames(video, [0])
+    spec = {"id": "apple", "domain": "real_world", "subcategory": "natural", "image": "input.png",
+            "instances": [{"id": "apple", "category": "red apple", "kinematics": "rigid", "track": "static"}]}
+    write_case(tmp_path / "ds" / "apple", spec, first.frames[0], {"apple": mask})
+    box = [int(v) for v in mask_bbox(mask)]
+    samples = sample_frame_indices(50, 10.0)
+    assert samples == [10, 18, 26, 34, 42]
+    run = tmp_path / "run"
+    rows = [{"model": "m", "case_id": "apple", "domain": "real_world", "subcategory": "natural", "n_reference": 1,
+             "frame": f, "time_s": f / 10.0, "instance_id": "apple", "track": "static",
+             "visibility": "expected_visible", "matched": f != 42, "ambiguous": False, "extra": False,
+             "appearance": 0.7 if f != 42 else None, "structure": None, "structure_source": None} for f in samples]
+    write_case_part(run, "m", "apple", pd.DataFrame(rows, columns=list(COLUMNS)))
+    frames = [{"frame": f, "time_s": f / 10.0, "objects": [
+        {"instance_id": "apple", "category": "red apple", "status": "matched" if f != 42 else "missing",
+         "box": box, "appearance": None, "structure": None}]} for f in samples]
+    atomic_write_json(run / "frames" / "m" / "apple.json", {
+        "model": "m", "case_id": "apple", "video": str(video), "case_dir": str(tmp_path / "ds" / "apple"),
+        "fps": 10.0, "num_frames": 50, "frames": frames})
+    html = render_report([run], bootstrap=0, thumb_side=320, frames_per_case=5)
+    strip = _images(html, "frame")
+    assert [a.split(" ·")[0] for a, _ in strip] == [f"frame {f}" for f in samples]
+    s = 320 / 1296
+    for alt, img in strip:
+        assert img.shape[:2] == (round(720 * s), 320)
+        x, y, w, h = box
+        px = img[round((y + h / 2) * s), round(x * s)].astype(int)
+        want = (220, 30, 30) if alt.startswith("frame 42") else (40, 180, 60)
+        assert np.abs(px - np.array(want)).max() <= 60, (alt, px)
+    assert "P 80.00" in html  # P: 4 of 5 frames have the apple matched
+    assert len(html) < 600_000  # JPEG thumbnails keep the file small
