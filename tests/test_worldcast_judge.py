@@ -8,7 +8,12 @@ import shutil
 import pytest
 from typer.testing import CliRunner
 
-from test_judge_client import FakeJudge
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the loopback server lives in test_judge_client
+
+from test_judge_client import FakeJudge  # noqa: E402
 from worldeval.cli import app
 from worldeval.worldcast.cases import load_cases
 from worldeval.worldcast.prompts import PROMPT_VERSIONS

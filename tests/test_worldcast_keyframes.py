@@ -90,6 +90,10 @@ def test_cli_keyframes(tmp_path):
 
 
 def test_agentic_selector_contract(tmp_path):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from test_judge_client import FakeJudge
     from worldeval.judge import JudgeClient, JudgeConfig
     from worldeval.worldcast.cases import WorldCastCase

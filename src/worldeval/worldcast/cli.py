@@ -79,10 +79,11 @@ def register(app: typer.Typer) -> None:
                             keyframe_selector=selector, case_ids=list(case) or None,
                             progress=None if quiet else (lambda s: typer.echo(s, err=True)),
                             extra_config={"cache": None if no_cache else str(cache or _default_cache())})
-        except CaseError as exc:
+        except (CaseError, ValueError) as exc:
             _fail(str(exc))
-        except ValueError as exc:
-            _fail(str(exc))
+        finally:
+            if client.cache is not None:
+                client.cache.close()
         t = client.totals
         typer.echo(
             f"{model}: asked {res.asked}, kept {res.kept}, ok {res.ok}, failed {res.failed} "
