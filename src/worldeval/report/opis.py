@@ -202,7 +202,7 @@ def _reference_view(case_dir: Path | None, thumb_side: int, notes: list[str]) ->
 
     try:
         case = load_case(case_dir, with_geometry=False)
-    except CaseError as exc:
+    except (CaseError, OSError, ValueError) as exc:
         notes.append(f"reference image unavailable: {exc}")
         return None
     img, scale = images.downscale(case.image, thumb_side)
