@@ -338,3 +338,17 @@ def test_resolve_from_environment(monkeypatch):
     monkeypatch.delenv("WORLDEVAL_JUDGE_MODEL")
     with pytest.raises(ValueError, match="judge model"):
         JudgeConfig.resolve()
+
+
+def test_images_keyword_appends_after_prompt(fake, tmp_path):
+    from PIL import Image
+
+    fake.answer = _keyed({"score": 1})
+    p = tmp_path / "a.png"
+    Image.fromarray(np.full((6, 6, 3), 77, np.uint8)).save(p)
+    ans = _client(fake).ask_json("describe", images=[str(p), np.zeros((3, 3, 3), np.uint8)])
+    assert ans.ok
+    body = fake.requests[-1]["body"]
+    kinds = [part["type"] for part in body["messages"][-1]["content"]]
+    assert kinds == ["text", "image_url", "image_url"]
+    assert fake.requests[-1]["images"][0] == p.read_bytes()  # PNG sent as stored

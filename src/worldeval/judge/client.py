@@ -316,14 +316,21 @@ class JudgeClient:
         self,
         content: Content,
         *,
+        images: Sequence[ImageLike] | None = None,
         validator: Callable[[dict], dict] | None = None,
         system: str | None = None,
         cache_extra: dict | None = None,
         prefer_key: str | None = "score",
     ) -> JudgeAnswer:
-        """Ask once (with retries) for a JSON object; never raises for endpoint or answer problems."""
+        """Ask once (with retries) for a JSON object; never raises for endpoint or answer problems.
+
+        `content` is a prompt string or an ordered list of text parts and images (JudgeImage, Path,
+        RGB array); `images` (paths as str or Path, arrays, JudgeImage) are appended after it.
+        """
         t0 = time.monotonic()
         parts = self._images(content)
+        for im in images or ():
+            parts.extend(self._images([Path(im) if isinstance(im, str) else im]))
         key = self.request_hash(parts, system, cache_extra)
         if self.cache is not None:
             hit = self.cache.get(key)
