@@ -1,0 +1,193 @@
+"""The `hf` perception backend: the OPIS paper's model family through `transformers`.
+
+Pieces (each optional except a segmenter, an embedder and a matcher):
+SAM 3 text-prompted with the case noun phrases (SAM 2 box/grid prompts as the
+fallback), DINOv3 crop embeddings (DINOv2 fallback), ViTPose for people and
+animals, DepthPro or Depth Anything for geometry when a case ships none, and
+LightGlue or EfficientLoFTR correspondences. MASt3R (the paper's matcher) and
+MoGe-2 are not in `transformers`; see docs/backends.md.
+
+Every model is given as a hub id or a local folder and is loaded with
+`local_files_only=True` by default: nothing is downloaded at run time.
+Preprocessing and post-processing are done here with torch/numpy because the
+fast image processors of SAM 2/SAM 3/DINOv3 need torchvision, which we do not use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from worldeval.opis.backends.base import Backend
+
+# options of build_hf_backend naming a model (id or local path)
+MODEL_OPTIONS = ("sam3", "sam2", "dinov3", "dinov2", "vitpose", "vitpose_animal", "depth", "matcher")
+
+
+class HFBackendError(ValueError):
+    """A model option that cannot be used; names the option and the path or id given."""
+
+    def __init__(self, option: str, value: Any, message: str):
+        self.option = option
+        self.value = value
+        super().__init__(f"hf backend option {option}={value!r}: {message}")
+
+
+def torch_device(device: str):
+    import torch
+
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise HFBackendError("device", device, "CUDA is not available on this machine")
+    return dev
+
+
+def torch_dtype(dtype: str | None):
+    import torch
+
+    if dtype in (None, "float32", "fp32"):
+        return torch.float32
+    table = {"float16": torch.float16, "fp16": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+    if dtype not in table:
+        raise HFBackendError("dtype", dtype, "expected float32, float16 or bfloat16")
+    return table[dtype]
+
+
+def load_config(option: str, name: str, local_files_only: bool = True):
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(str(name), local_files_only=local_files_only)
+    except Exception as exc:  # noqa: BLE001 - re-raised with the option named
+        where = "local folder" if Path(str(name)).exists() else "hub id (offline cache)"
+        raise HFBackendError(option, name, f"cannot read the model config from this {where}: {exc}") from exc
+
+
+def load_model(option: str, cls, name: str, device, dtype=None, local_files_only: bool = True):
+    """`cls.from_pretrained` in eval mode on `device`, with the failure naming the option."""
+    import torch
+
+    try:
+        model = cls.from_pretrained(str(name), local_files_only=local_files_only, dtype=dtype or torch.float32)
+    except Exception as exc:  # noqa: BLE001
+        raise HFBackendError(option, name, f"cannot load {cls.__name__}: {exc}") from exc
+    return model.to(device).eval()
+
+
+def model_version(name: str, model) -> str:
+    """What a run manifest records for a model: its id/path and a hash of its config."""
+    cfg = model.config.to_dict()
+    cfg.pop("_name_or_path", None)
+    cfg.pop("transformers_version", None)
+    digest = hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return f"{type(model).__name__}:{name}@{digest}"
+
+
+def to_pixels(image: np.ndarray, size: tuple[int, int], mean, std, device, dtype=None):
+    """H x W x 3 uint8 RGB -> 1 x 3 x size float tensor, resized (bilinear, antialiased) and normalised."""
+    import torch
+    import torch.nn.functional as F
+
+    if image.ndim != 3 or image.shape[2] != 3:
+        raise ValueError(f"expected an H x W x 3 RGB image, got shape {image.shape}")
+    x = torch.from_numpy(np.ascontiguousarray(image)).to(device).permute(2, 0, 1)[None].float() / 255.0
+    if tuple(x.shape[-2:]) != tuple(size):
+        x = F.interpolate(x, size=tuple(int(s) for s in size), mode="bilinear", align_corners=False, antialias=True)
+    m = torch.tensor(mean, device=device, dtype=x.dtype).view(1, 3, 1, 1)
+    s = torch.tensor(std, device=device, dtype=x.dtype).view(1, 3, 1, 1)
+    x = (x - m) / s
+    return x.to(dtype) if dtype is not None else x
+
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+HALF = (0.5, 0.5, 0.5)
+
+
+def build_hf_backend(
+    device: str = "cpu",
+    sam3: str | None = None,
+    sam2: str | None = None,
+    dinov3: str | None = None,
+    dinov2: str | None = None,
+    vitpose: str | None = None,
+    vitpose_animal: str | None = None,
+    depth: str | None = None,
+    matcher: str | None = None,
+    local_files_only: bool = True,
+    dtype: str | None = None,
+    **options: Any,
+) -> Backend:
+    """Assemble the `hf` Backend from model ids or local folders.
+
+    `options` tune the pieces (all optional): score_threshold, mask_threshold,
+    dedupe_iou, max_observations, phrase_batch (SAM 3); points_per_side,
+    iou_threshold (SAM 2); embed_size, pooling, color_weight (embedder);
+    match_long_side, min_match_score, max_matches (matcher); depth_size (depth);
+    pose_min_conf (pose).
+    """
+    import torch
+    import transformers
+
+    from worldeval.opis.backends.hf_embed import DinoEmbedder
+    from worldeval.opis.backends.hf_geometry import HFDepthEstimator, HFMatcher
+    from worldeval.opis.backends.hf_pose import VitPoseEstimator
+    from worldeval.opis.backends.hf_segment import Sam2Segmenter, Sam3Segmenter
+
+    known = {
+        "score_threshold", "mask_threshold", "dedupe_iou", "max_observations", "phrase_batch", "min_area_frac",
+        "points_per_side", "iou_threshold", "point_batch",
+        "embed_size", "pooling", "color_weight", "embed_batch", "context",
+        "match_long_side", "min_match_score", "max_matches",
+        "depth_size",
+        "pose_min_conf", "animal_dataset_index", "human_dataset_index",
+    }  # fmt: skip
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise HFBackendError(unknown[0], options[unknown[0]], f"unknown option; known: {sorted(known) + list(MODEL_OPTIONS)}")
+
+    dev = torch_device(device)
+    dt = torch_dtype(dtype)
+    lfo = bool(local_files_only)
+    pick = lambda *keys: {k: options[k] for k in keys if k in options}  # noqa: E731
+
+    if sam3:
+        segmenter = Sam3Segmenter(sam3, dev, dt, lfo, **pick(
+            "score_threshold", "mask_threshold", "dedupe_iou", "max_observations", "phrase_batch", "min_area_frac"))  # fmt: skip
+    elif sam2:
+        segmenter = Sam2Segmenter(sam2, dev, dt, lfo, **pick(
+            "points_per_side", "iou_threshold", "dedupe_iou", "max_observations", "point_batch", "min_area_frac",
+            "mask_threshold"))  # fmt: skip
+    else:
+        raise HFBackendError("sam3", None, "the hf backend needs a segmenter: give sam3 (or sam2) as a model id or folder")
+
+    if dinov3:
+        embedder = DinoEmbedder(dinov3, dev, dt, lfo, option="dinov3", **pick(
+            "embed_size", "pooling", "color_weight", "embed_batch", "context"))  # fmt: skip
+    elif dinov2:
+        embedder = DinoEmbedder(dinov2, dev, dt, lfo, option="dinov2", **pick(
+            "embed_size", "pooling", "color_weight", "embed_batch", "context"))  # fmt: skip
+    else:
+        raise HFBackendError("dinov3", None, "the hf backend needs an embedder: give dinov3 (or dinov2)")
+
+    if not matcher:
+        raise HFBackendError("matcher", None, "the hf backend needs a LightGlue or EfficientLoFTR model folder")
+    match = HFMatcher(matcher, dev, dt, lfo, **pick("match_long_side", "min_match_score", "max_matches"))
+
+    depth_est = HFDepthEstimator(depth, dev, dt, lfo, **pick("depth_size")) if depth else None
+    pose = None
+    if vitpose or vitpose_animal:
+        pose = VitPoseEstimator(human=vitpose, animal=vitpose_animal, device=dev, dtype=dt, local_files_only=lfo,
+                                **pick("pose_min_conf", "animal_dataset_index", "human_dataset_index"))  # fmt: skip
+
+    versions = {"transformers": transformers.__version__, "torch": torch.__version__, "device": str(dev)}
+    for piece in (segmenter, embedder, match, depth_est, pose):
+        if piece is not None:
+            versions.update(piece.versions)
+    return Backend(
+        name="hf", segmenter=segmenter, embedder=embedder, matcher=match, depth=depth_est, pose=pose, versions=versions
+    )

@@ -1,0 +1,380 @@
+"""The `hf` backend on tiny random-weight models saved and reloaded offline.
+
+Random weights make the outputs meaningless as perception, so the tests check
+what must hold for any weights: shapes and frame sizes, coordinate mappings
+(checked against hand-computed values), normalisation, determinism, batching
+that gives the same answer as one-at-a-time, masks honoured, clear errors.
+"""
+
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from worldeval.opis.backends import base  # noqa: E402
+from worldeval.opis.backends.hf import HFBackendError, build_hf_backend  # noqa: E402
+from worldeval.opis.backends.hf_embed import DinoEmbedder, color_histogram  # noqa: E402
+from worldeval.opis.backends.hf_geometry import HFDepthEstimator, HFMatcher, disparity_to_depth  # noqa: E402
+from worldeval.opis.backends.hf_pose import VitPoseEstimator, category_kind, decode_heatmaps  # noqa: E402
+from worldeval.opis.backends.hf_segment import Sam2Segmenter, Sam3Segmenter  # noqa: E402
+
+CPU = torch.device("cpu")
+
+
+def _save(model, path):
+    model.save_pretrained(path)
+    return str(path)
+
+
+def _tiny_models(root):
+    T = transformers
+    torch.manual_seed(0)
+    paths = {}
+    sam3 = T.Sam3Config(
+        vision_config=dict(
+            backbone_config=dict(model_type="sam3_vit_model", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                 num_attention_heads=2, image_size=112, patch_size=14, window_size=4,
+                                 global_attn_indexes=[1], pretrain_image_size=56),
+            fpn_hidden_size=32, backbone_feature_sizes=[[32, 32], [16, 16], [8, 8]]),
+        text_config=dict(vocab_size=64, hidden_size=32, intermediate_size=64, projection_dim=32, num_hidden_layers=1,
+                         num_attention_heads=2, max_position_embeddings=32, bos_token_id=0, eos_token_id=1, pad_token_id=1),
+        geometry_encoder_config=dict(hidden_size=32, num_layers=1, num_attention_heads=2, intermediate_size=64),
+        detr_encoder_config=dict(hidden_size=32, num_layers=1, num_attention_heads=2, intermediate_size=64),
+        detr_decoder_config=dict(hidden_size=32, num_layers=1, num_queries=8, num_attention_heads=2, intermediate_size=64),
+        mask_decoder_config=dict(hidden_size=32, num_attention_heads=2),
+    )  # fmt: skip
+    paths["sam3"] = _save(T.Sam3Model(sam3), root / "sam3")
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
+    for t in letters + [c + "</w>" for c in letters]:
+        vocab[t] = len(vocab)
+    T.CLIPTokenizer(vocab=vocab, merges=[]).save_pretrained(root / "sam3")
+
+    sam2 = T.Sam2Config(
+        vision_config=dict(
+            backbone_config=dict(model_type="sam2_hiera_det_model", hidden_size=8, num_attention_heads=1, image_size=[128, 128],
+                                 blocks_per_stage=[1, 1, 2, 1], embed_dim_per_stage=[8, 16, 32, 64],
+                                 num_attention_heads_per_stage=[1, 1, 2, 2], window_size_per_stage=[4, 4, 4, 2],
+                                 global_attention_blocks=[3], window_positional_embedding_background_size=[4, 4]),
+            backbone_channel_list=[64, 32, 16, 8], backbone_feature_sizes=[[32, 32], [16, 16], [8, 8]], fpn_hidden_size=32),
+        prompt_encoder_config=dict(hidden_size=32, image_size=128, patch_size=16, mask_input_channels=8),
+        mask_decoder_config=dict(hidden_size=32, mlp_dim=64, num_attention_heads=2, iou_head_hidden_dim=32),
+    )  # fmt: skip
+    paths["sam2"] = _save(T.Sam2Model(sam2), root / "sam2")
+    paths["dinov3"] = _save(
+        T.DINOv3ViTModel(T.DINOv3ViTConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                           image_size=64, patch_size=16, num_register_tokens=2)), root / "dinov3")  # fmt: skip
+    paths["dinov2"] = _save(
+        T.Dinov2Model(T.Dinov2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                     image_size=56, patch_size=14)), root / "dinov2")  # fmt: skip
+    vp = T.VitPoseConfig(
+        backbone_config=T.VitPoseBackboneConfig(image_size=[64, 48], patch_size=[16, 16], hidden_size=32, num_hidden_layers=2,
+                                                num_attention_heads=2, out_indices=[2]), num_labels=17)  # fmt: skip
+    paths["vitpose"] = _save(T.VitPoseForPoseEstimation(vp), root / "vitpose")
+    dino_bb = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=2, image_size=56,
+                   patch_size=14, out_indices=[1, 2, 3, 4], reshape_hidden_states=False)  # fmt: skip
+    da = T.DepthAnythingConfig(backbone_config=T.Dinov2Config(**dino_bb), reassemble_hidden_size=32,
+                               neck_hidden_sizes=[8, 16, 32, 32], fusion_hidden_size=16, head_hidden_size=8)  # fmt: skip
+    paths["depth_anything"] = _save(T.DepthAnythingForDepthEstimation(da), root / "depth_anything")
+    sub = lambda: dict(model_type="dinov2", hidden_size=32, intermediate_size=64, num_hidden_layers=2,  # noqa: E731
+                       num_attention_heads=2, image_size=64, patch_size=16)  # fmt: skip
+    dp = T.DepthProConfig(patch_size=64, fusion_hidden_size=16, intermediate_hook_ids=[1, 0], intermediate_feature_dims=[16, 16],
+                          scaled_images_ratios=[0.25, 0.5, 1], scaled_images_overlap_ratios=[0.0, 0.5, 0.25],
+                          scaled_images_feature_dims=[32, 32, 16], use_fov_model=True, image_model_config=sub(),
+                          patch_model_config=sub(), fov_model_config=sub())  # fmt: skip
+    paths["depth_pro"] = _save(T.DepthProForDepthEstimation(dp), root / "depth_pro")
+    lg = T.LightGlueConfig(
+        keypoint_detector_config=T.SuperPointConfig(encoder_hidden_sizes=[8, 8, 16, 16], decoder_hidden_size=16,
+                                                    descriptor_decoder_dim=32, max_keypoints=64),
+        descriptor_dim=32, num_hidden_layers=2, num_attention_heads=2, filter_threshold=0.0)  # fmt: skip
+    paths["lightglue"] = _save(T.LightGlueForKeypointMatching(lg), root / "lightglue")
+    el = T.EfficientLoFTRConfig(stage_num_blocks=[1, 1, 1, 1], out_features=[8, 16, 32, 32], stage_stride=[2, 1, 2, 2],
+                                hidden_size=32, num_attention_layers=1, num_attention_heads=8, fine_kernel_size=4,
+                                fine_matching_slice_dim=4, coarse_matching_threshold=0.0)  # fmt: skip
+    paths["eloftr"] = _save(T.EfficientLoFTRForKeypointMatching(el), root / "eloftr")
+    return paths
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    old = os.environ.get("HF_HUB_OFFLINE")
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    try:
+        yield _tiny_models(tmp_path_factory.mktemp("hf_tiny"))
+    finally:
+        if old is None:
+            os.environ.pop("HF_HUB_OFFLINE", None)
+        else:
+            os.environ["HF_HUB_OFFLINE"] = old
+
+
+def _scene(h=90, w=120, seed=0):
+    """A textured background with a red square and a blue disc (distinct objects)."""
+    rng = np.random.default_rng(seed)
+    img = (rng.random((h, w, 3)) * 60 + 100).astype(np.uint8)
+    img[20:50, 15:45] = (200, 30, 30)
+    yy, xx = np.mgrid[:h, :w]
+    disc = (yy - 55) ** 2 + (xx - 85) ** 2 < 15**2
+    img[disc] = (30, 40, 210)
+    sq = np.zeros((h, w), bool)
+    sq[20:50, 15:45] = True
+    return img, sq, disc
+
+
+def _tight(mask):
+    ys, xs = np.nonzero(mask)
+    return (float(xs.min()), float(ys.min()), float(xs.max() - xs.min() + 1), float(ys.max() - ys.min() + 1))
+
+
+def _iou(a, b):
+    return np.logical_and(a, b).sum() / max(1, np.logical_or(a, b).sum())
+
+
+# ---------------------------------------------------------------- assembly
+
+
+def test_backend_assembles_protocol_pieces(tiny):
+    be = build_hf_backend("cpu", sam3=tiny["sam3"], dinov3=tiny["dinov3"], vitpose=tiny["vitpose"],
+                          depth=tiny["depth_anything"], matcher=tiny["lightglue"])  # fmt: skip
+    assert be.name == "hf"
+    assert isinstance(be.segmenter, base.Segmenter) and be.segmenter.name == "sam3"
+    assert isinstance(be.embedder, base.Embedder) and be.embedder.name == "dinov3"
+    assert isinstance(be.matcher, base.Matcher) and be.matcher.name == "lightglue"
+    assert isinstance(be.depth, base.DepthEstimator) and isinstance(be.pose, base.PoseEstimator)
+    for key in ("transformers", "torch", "segmenter", "embedder", "matcher", "depth", "pose_person"):
+        assert key in be.versions, key
+    assert "Sam3Model:" in be.versions["segmenter"]
+    # fallbacks: SAM 2 and DINOv2 when SAM 3 / DINOv3 are not given
+    be2 = build_hf_backend("cpu", sam2=tiny["sam2"], dinov2=tiny["dinov2"], matcher=tiny["eloftr"])
+    assert be2.segmenter.name == "sam2" and be2.embedder.name == "dinov2" and be2.matcher.name == "efficientloftr"
+    assert be2.depth is None and be2.pose is None
+
+
+def test_bad_options_name_the_option(tiny, tmp_path):
+    with pytest.raises(HFBackendError, match="sam3"):
+        build_hf_backend("cpu", dinov3=tiny["dinov3"], matcher=tiny["lightglue"])
+    with pytest.raises(HFBackendError, match="matcher"):
+        build_hf_backend("cpu", sam3=tiny["sam3"], dinov3=tiny["dinov3"])
+    missing = tmp_path / "no_such_model"
+    with pytest.raises(HFBackendError, match="dinov3.*no_such_model"):
+        build_hf_backend("cpu", sam3=tiny["sam3"], dinov3=str(missing), matcher=tiny["lightglue"])
+    with pytest.raises(HFBackendError, match="bogus"):
+        build_hf_backend("cpu", sam3=tiny["sam3"], dinov3=tiny["dinov3"], matcher=tiny["lightglue"], bogus=1)
+    # a model of the wrong family for the slot
+    with pytest.raises(HFBackendError, match="matcher"):
+        build_hf_backend("cpu", sam3=tiny["sam3"], dinov3=tiny["dinov3"], matcher=tiny["dinov2"])
+    # a hub id that is not in the offline cache fails instead of downloading
+    with pytest.raises(HFBackendError, match="depth"):
+        HFDepthEstimator("worldeval-test/definitely-not-cached", CPU)
+
+
+# ---------------------------------------------------------------- segmenters
+
+
+@pytest.mark.slow
+def test_sam3_observations_are_frame_sized_and_deduplicated(tiny):
+    img, _, _ = _scene()
+    seg = Sam3Segmenter(tiny["sam3"], CPU, score_threshold=0.0, dedupe_iou=0.7, min_area_frac=0.0)
+    phrases = ["red mug", "dog", "blue plate"]
+    obs = seg.observe(img, phrases)
+    assert len(obs) > 0
+    for o in obs:
+        assert o.mask.dtype == bool and o.mask.shape == img.shape[:2]
+        assert o.box == _tight(o.mask)
+        assert o.category in phrases and 0.0 <= o.score <= 1.0 and o.source == "sam3"
+    for i in range(len(obs)):
+        for j in range(i + 1, len(obs)):
+            assert _iou(obs[i].mask, obs[j].mask) <= 0.7 + 0.05  # low-res IoU vs frame IoU: small slack
+    assert [o.score for o in obs] == sorted((o.score for o in obs), reverse=True)
+    # batching several phrases over one image encoding equals one phrase at a time
+    one = Sam3Segmenter(tiny["sam3"], CPU, score_threshold=0.0, dedupe_iou=0.7, min_area_frac=0.0, phrase_batch=1)
+    obs1 = one.observe(img, phrases)
+    assert len(obs1) == len(obs)
+    for a, b in zip(obs, obs1):
+        assert a.category == b.category and abs(a.score - b.score) < 1e-5 and _iou(a.mask, b.mask) > 0.99
+    # the noun phrase reaches the model: different phrases, different scores
+    s_mug = sorted(o.score for o in seg.observe(img, ["red mug"]))
+    s_dog = sorted(o.score for o in seg.observe(img, ["dog"]))
+    assert s_mug != s_dog
+    assert seg.observe(img, []) == []
+
+
+def test_sam3_threshold_filters_by_score(tiny):
+    img, _, _ = _scene()
+    seg = Sam3Segmenter(tiny["sam3"], CPU, score_threshold=0.0, min_area_frac=0.0, dedupe_iou=1.0)
+    scores = sorted(o.score for o in seg.observe(img, ["cup"]))
+    assert scores
+    cut = float(np.median(scores))
+    high = Sam3Segmenter(tiny["sam3"], CPU, score_threshold=cut, min_area_frac=0.0, dedupe_iou=1.0)
+    kept = [o.score for o in high.observe(img, ["cup"])]
+    assert all(s > cut for s in kept)
+    assert len(kept) <= sum(s > cut for s in scores)
+
+
+def test_sam2_fallback_uses_reference_boxes_at_frame_scale(tiny):
+    img, sq, _ = _scene()
+    seg = Sam2Segmenter(tiny["sam2"], CPU, points_per_side=4, iou_threshold=-1e9, min_area_frac=0.0, dedupe_iou=1.0)
+    # the reference image was twice the frame size: its boxes must be halved
+    ref = SimpleNamespace(instances=[SimpleNamespace(bbox=[30, 40, 60, 60])], shape=(180, 240))
+    obs = seg.observe(img, ["red square"], reference=ref)
+    assert obs, "SAM 2 returned nothing with the threshold disabled"
+    assert {o.source for o in obs} <= {"sam2-grid", "sam2-box"}
+    for o in obs:
+        assert o.mask.shape == img.shape[:2] and o.mask.dtype == bool
+        assert o.category is None  # SAM 2 cannot read noun phrases: no category evidence
+        assert o.box == _tight(o.mask)
+    from worldeval.opis.backends.hf_segment import reference_boxes
+
+    assert reference_boxes(ref, img.shape[:2]) == [(15.0, 20.0, 30.0, 30.0)]
+    assert reference_boxes(None, img.shape[:2]) == []
+
+
+# ---------------------------------------------------------------- embedder
+
+
+@pytest.mark.parametrize("key", ["dinov3", "dinov2"])
+def test_embeddings_normalised_deterministic_and_translation_invariant(tiny, key):
+    emb = DinoEmbedder(tiny[key], CPU, option=key)
+    h, w = 96, 160
+    img = np.full((h, w, 3), 128, np.uint8)
+    rng = np.random.default_rng(3)
+    patch = (rng.random((24, 20, 3)) * 255).astype(np.uint8)
+    img[10:34, 10:30] = patch  # the same object twice on a uniform background
+    img[60:84, 120:140] = patch
+    other = (rng.random((24, 20, 3)) * 255).astype(np.uint8)
+    img[40:64, 60:80] = other
+    masks, boxes = [], []
+    for y, x in ((10, 10), (60, 120), (40, 60)):
+        m = np.zeros((h, w), bool)
+        m[y : y + 24, x : x + 20] = True
+        masks.append(m)
+        boxes.append((x, y, 20, 24))
+    e = emb.embed(img, masks, boxes)
+    assert e.shape == (3, emb.dim) and e.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(e, axis=1), 1.0, atol=1e-5)
+    np.testing.assert_array_equal(e, emb.embed(img, masks, boxes))
+    assert float(e[0] @ e[1]) == pytest.approx(1.0, abs=1e-5)  # identical crops
+    assert float(e[0] @ e[2]) < 0.9999  # a different object
+    assert emb.embed(img, [], []).shape == (0, emb.dim)
+
+
+def test_color_weight_mixes_cosines_as_documented(tiny):
+    img, sq, disc = _scene()
+    masks = [sq, disc]
+    boxes = [_tight(sq), _tight(disc)]
+    w = 0.3
+    plain = DinoEmbedder(tiny["dinov3"], CPU).embed(img, masks, boxes)
+    mixed = DinoEmbedder(tiny["dinov3"], CPU, color_weight=w).embed(img, masks, boxes)
+    hists = [color_histogram(img, m, b) for m, b in zip(masks, boxes)]
+    expected = (1 - w) * float(plain[0] @ plain[1]) + w * float(hists[0] @ hists[1])
+    assert float(mixed[0] @ mixed[1]) == pytest.approx(expected, abs=1e-5)
+    # a pure red square and a pure blue disc share no colour bin
+    assert float(hists[0] @ hists[1]) == pytest.approx(0.0, abs=1e-6)
+
+
+# ---------------------------------------------------------------- depth
+
+
+def test_disparity_to_depth_by_hand():
+    d = disparity_to_depth(np.array([[0.0, 0.5, 1.0]]))
+    # percentiles 1/99 of [0, .5, 1] are .01/.99; normalised .0, .5, 1 (clipped) -> 1/(.1+.9x)
+    np.testing.assert_allclose(d[0], [1 / 0.1, 1 / (0.1 + 0.9 * (0.49 / 0.98)), 1.0], rtol=1e-5)
+    assert np.all(disparity_to_depth(np.full((2, 2), 3.0)) == np.float32(10.0))  # no contrast: all far
+    assert np.all(np.isfinite(disparity_to_depth(np.array([[np.nan, 1.0, 2.0]]))))
+
+
+@pytest.mark.parametrize("key", ["depth_anything", "depth_pro"])
+def test_depth_positive_finite_at_frame_size(tiny, key):
+    est = HFDepthEstimator(tiny[key], CPU, depth_size=56)
+    img, _, _ = _scene(70, 110)
+    depth, K = est.estimate(img)
+    assert depth.shape == (70, 110) and depth.dtype == np.float32
+    assert np.all(np.isfinite(depth)) and np.all(depth > 0)
+    d2, _ = est.estimate(img)
+    np.testing.assert_array_equal(depth, d2)
+    if key == "depth_anything":
+        assert K is None  # relative model: no calibration
+        assert depth.min() >= 1.0 - 1e-6 and depth.max() <= 10.0 + 1e-4
+    elif K is not None:
+        assert K.shape == (3, 3) and K[0, 0] == K[1, 1] > 0
+        assert K[0, 2] == pytest.approx(109 / 2) and K[1, 2] == pytest.approx(69 / 2)
+
+
+# ---------------------------------------------------------------- matchers
+
+
+@pytest.mark.parametrize("key", ["lightglue", "eloftr"])
+def test_matches_inside_images_and_masks(tiny, key):
+    m = HFMatcher(tiny[key], CPU, match_long_side=128)
+    img0, sq, disc = _scene(90, 120, seed=1)
+    img1 = np.ascontiguousarray(np.roll(_scene(135, 180, seed=1)[0], 5, axis=1))  # another size
+    c = m.match(img0, img1)
+    n = len(c.pts0)
+    assert n > 0 and c.pts1.shape == (n, 2) and c.scores.shape == (n,)
+    assert np.all((c.pts0 >= 0) & (c.pts0 <= [119, 89])) and np.all((c.pts1 >= 0) & (c.pts1 <= [179, 134]))
+    assert np.all(np.diff(c.scores) <= 0)
+    m0 = np.zeros((90, 120), bool)
+    m0[:, :60] = True
+    m1 = np.zeros((135, 180), bool)
+    m1[:, 90:] = True
+    cm = m.match(img0, img1, m0, m1)
+    assert len(cm.pts0) <= n
+    for p in cm.pts0:
+        assert m0[int(round(p[1])), int(round(p[0]))]
+    for p in cm.pts1:
+        assert m1[int(round(p[1])), int(round(p[0]))]
+    c2 = m.match(img0, img1)
+    np.testing.assert_array_equal(c.pts0, c2.pts0)
+
+
+def test_loftr_pairs_follow_match_indices_not_list_order():
+    # 2 x 3 coarse grid (stride 8 in a 16 x 24 input); image-1 cell j matched to image-0 cell perm[j]
+    perm = np.array([4, -1, 0, 5, 2, -1])
+    out = SimpleNamespace(
+        matches=torch.from_numpy(np.stack([perm, np.zeros(6, int)])[None]),
+        matching_scores=torch.from_numpy(np.stack([np.linspace(0.9, 0.4, 6), np.zeros(6)])[None]).float(),
+    )
+    p0, p1, s = HFMatcher._loftr_pairs(out, 16, 24)
+    cells = lambda idx: [((k % 3 + 0.5) * 8 / 24, (k // 3 + 0.5) * 8 / 16) for k in idx]  # noqa: E731
+    np.testing.assert_allclose(p1, cells([0, 2, 3, 4]))
+    np.testing.assert_allclose(p0, cells([4, 0, 5, 2]))
+    np.testing.assert_allclose(s, np.linspace(0.9, 0.4, 6)[[0, 2, 3, 4]], rtol=1e-6)
+
+
+# ---------------------------------------------------------------- pose
+
+
+def test_decode_heatmaps_by_hand():
+    heat = np.zeros((2, 8, 6), np.float32)
+    heat[0, 5, 2] = 0.9  # isolated peak: no sub-pixel shift
+    heat[1, 3, 3] = 0.8
+    heat[1, 3, 4] = 0.4  # right neighbour higher: +0.25 in x
+    xy, conf = decode_heatmaps(heat, np.array([100.0, 50.0]), np.array([60.0, 80.0]))
+    # crop window x in [70, 130], y in [10, 90]; cell size 10 x 10
+    np.testing.assert_allclose(xy[0], [70 + 2.5 * 10, 10 + 5.5 * 10])
+    np.testing.assert_allclose(xy[1], [70 + 3.75 * 10, 10 + 3.5 * 10])
+    np.testing.assert_allclose(conf, [0.9, 0.8], rtol=1e-6)
+
+
+def test_vitpose_keypoints_inside_box(tiny):
+    pose = VitPoseEstimator(human=tiny["vitpose"], animal=None, device=CPU)
+    assert pose.supports("person") and pose.supports("young boys") and pose.supports("bmx rider")
+    assert not pose.supports("red mug") and not pose.supports("dog")  # no animal model loaded
+    assert category_kind("two dogs") == "animal" and category_kind("table") is None
+    img, _, _ = _scene(120, 100)
+    for box in [(20.0, 10.0, 40.0, 90.0), (70.0, 80.0, 60.0, 60.0)]:  # the second leaves the image
+        kp = pose.keypoints(img, box)
+        assert kp.xy.shape == (17, 2) and kp.conf.shape == (17,)
+        x0, y0 = max(0, box[0]), max(0, box[1])
+        x1, y1 = min(100, box[0] + box[2]), min(120, box[1] + box[3])
+        assert np.all((kp.xy[:, 0] >= x0) & (kp.xy[:, 0] <= x1) & (kp.xy[:, 1] >= y0) & (kp.xy[:, 1] <= y1))
+        assert np.all(np.isfinite(kp.conf))
+        assert all(0 <= a < 17 and 0 <= b < 17 for a, b in kp.edges) and len(kp.edges) == 19
+    assert pose.keypoints(img, (200.0, 200.0, 10.0, 10.0)) is None  # entirely outside
+    assert pose.keypoints(img, (10.0, 10.0, 1.0, 30.0)) is None  # degenerate
