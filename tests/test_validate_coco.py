@@ -67,3 +67,16 @@ def test_bad_source_names_the_file(coco_src, tmp_path):
     with pytest.raises(CaseError) as exc:
         build_coco_dataset(src, tmp_path / "ds2", image_ids=["000000000009"])
     assert "size" in str(exc.value)
+
+
+def test_build_coco_cli(coco_src, tmp_path):
+    from typer.testing import CliRunner
+
+    from worldeval.cli import app
+
+    res = CliRunner().invoke(app, ["opis", "build-coco", "--src", str(coco_src), "--out", str(tmp_path / "ds")])
+    assert res.exit_code == 0, res.output
+    assert "wrote 6 cases" in res.output
+    res = CliRunner().invoke(app, ["opis", "build-coco", "--src", str(tmp_path / "nope"), "--out", str(tmp_path / "x")])
+    assert res.exit_code == 2
+    assert "instances.json" in res.output

@@ -206,28 +206,34 @@ def _fmt_pct(x) -> str:
 # ---------------------------------------------------------------- the whole check
 
 
-def evaluate_rollouts(dataset: Path, out: Path, records: dict[str, dict], cfg: ValidateConfig, log=print) -> Path:
-    """Run the evaluator on every intervention's rollout folder as if each were a model. Returns RUN_DIR."""
+def evaluate_rollouts(dataset: Path, out: Path, records: dict[str, dict], cfg: ValidateConfig, log=print) -> dict[str, Path]:
+    """Run the evaluator on every intervention's rollout folder as if each were a model.
+
+    Each intervention gets its own run folder `out/runs/<intervention>` (a plain `opis eval` run),
+    so a run's resume guard never sees two models. Returns {intervention: run folder}.
+    """
     from worldeval.opis.evaluate import run_eval
 
-    run_dir = out / "run"
+    run_dirs = {}
     for name in INTERVENTIONS:
         folder = out / "rollouts" / name
         if not folder.is_dir():
             continue
+        run_dir = out / "runs" / name
         t0 = time.perf_counter()
         summary = run_eval(
             dataset, folder, name, run_dir, backend=cfg.backend, device=cfg.device, workers=cfg.workers,
             executor=cfg.executor, force=False,
         )
+        run_dirs[name] = run_dir
         log(f"eval {name}: {time.perf_counter() - t0:.1f}s {_short(summary)}")
-    return run_dir
+    return run_dirs
 
 
 def _short(summary: Any) -> str:
     if not isinstance(summary, dict):
         return ""
-    keep = {k: v for k, v in summary.items() if isinstance(v, (int, float, str)) and k != "run_dir"}
+    keep = {k: (len(v) if isinstance(v, list) else v) for k, v in summary.items() if k in ("done", "skipped", "failed")}
     return json.dumps(keep, default=str)[:200]
 
 
@@ -239,16 +245,22 @@ def _status(run_dir: Path, model: str, case_id: str) -> dict | None:
         return None
 
 
-def assess(run_dir: Path, records: dict[str, dict], load_errors: dict, cfg: ValidateConfig) -> dict:
-    """Per case and intervention: measurements, case-level P/I/S/OPIS, pass/fail with the reason; pass rates."""
+def assess(run_dirs: dict[str, Path] | Path, records: dict[str, dict], load_errors: dict, cfg: ValidateConfig) -> dict:
+    """Per case and intervention: measurements, case-level P/I/S/OPIS, pass/fail with the reason; pass rates.
+
+    `run_dirs` maps each intervention to its run folder (or is one folder holding all of them).
+    """
     from worldeval.opis.archive import read_archive
     from worldeval.opis.scoring import ScoreConfig, score_runs
 
     th = cfg.thresholds
+    if isinstance(run_dirs, (str, Path)):
+        run_dirs = {name: Path(run_dirs) for name in CHECKS}
+    paths = sorted({str(p) for p in run_dirs.values() if Path(p).exists()})
     try:
-        scores = score_runs([run_dir], ScoreConfig(bootstrap=0))
+        scores = score_runs(paths, ScoreConfig(bootstrap=0))
         by_case = {(c["model"], c["case_id"]): c for c in scores["cases"]}
-        df = read_archive([run_dir])
+        df = read_archive(paths)
     except Exception as exc:  # nothing evaluated at all: report it, every check fails
         by_case, df = {}, None
         scores = {"error": str(exc)}
@@ -265,7 +277,7 @@ def assess(run_dir: Path, records: dict[str, dict], load_errors: dict, cfg: Vali
             sc = by_case.get((name, case_id))
             rows = None if df is None else df[(df["model"] == name) & (df["case_id"] == case_id)]
             if sc is None or rows is None or rows.empty:
-                st = _status(run_dir, name, case_id) or {}
+                st = (_status(Path(run_dirs[name]), name, case_id) if name in run_dirs else None) or {}
                 err = st.get("error") or {"message": "no measurements in the run folder"}
                 entry.update(passed=False, error=err, reason=f"evaluation failed: {err.get('message')}")
                 per[name] = entry
@@ -312,9 +324,9 @@ def run_validate(
     t0 = time.perf_counter()
     records, errors = synthesize_dataset(dataset, out, cfg, log)
     t1 = time.perf_counter()
-    run_dir = evaluate_rollouts(dataset, out, records, cfg, log)
+    run_dirs = evaluate_rollouts(dataset, out, records, cfg, log)
     t2 = time.perf_counter()
-    result = assess(run_dir, records, errors, cfg)
+    result = assess(run_dirs, records, errors, cfg)
     result["config"] = {
         "dataset": str(dataset),
         "backend": cfg.backend,
@@ -322,7 +334,7 @@ def run_validate(
         "synth": asdict(cfg.synth),
         "thresholds": asdict(cfg.thresholds),
     }
-    result["run_dir"] = str(run_dir)
+    result["run_dirs"] = {k: str(v) for k, v in run_dirs.items()}
     result["timings"] = {"synthesis_s": round(t1 - t0, 2), "evaluation_s": round(t2 - t1, 2), "total_s": round(time.perf_counter() - t0, 2)}
     atomic_write_json(out / "validate.json", result)
     return result
