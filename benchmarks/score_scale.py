@@ -154,16 +154,18 @@ def main() -> None:
     rows = build_archive(path, models=args.models, cases=args.cases)
     print(f"archive: {rows:,} rows, {path.stat().st_size / 2**20:.1f} MiB, built in {time.perf_counter() - t0:.1f} s")
     floors, scores = [], []
-    for _ in range(args.repeat):
+    floor_once(path)  # warm the page cache so the first floor is not charged for disk reads
+    for _ in range(args.repeat):  # interleaved, so load from other processes hits both alike
         floors.append(floor_once(path))
         dt, size = score_once(run, args.bootstrap)
         scores.append(dt)
     floor, score = statistics.median(floors), statistics.median(scores)
-    print(f"floor (pd.read_parquet + groupby(model, case_id).mean), median of {args.repeat}: {floor:.2f} s "
-          f"[{', '.join(f'{x:.2f}' for x in floors)}]")
-    print(f"worldeval opis score --bootstrap {args.bootstrap} --json, median of {args.repeat}: {score:.2f} s "
-          f"[{', '.join(f'{x:.2f}' for x in scores)}]  (JSON {size / 1024:.0f} KiB)")
-    print(f"ratio: {score / floor:.2f}x the floor (goal <= 5x)")
+    print(f"floor (pd.read_parquet + groupby(model, case_id).mean, in-process): median {floor:.2f} s, "
+          f"min {min(floors):.2f} s  [{', '.join(f'{x:.2f}' for x in floors)}]")
+    print(f"worldeval opis score --bootstrap {args.bootstrap} --json (subprocess, includes interpreter start): "
+          f"median {score:.2f} s, min {min(scores):.2f} s  [{', '.join(f'{x:.2f}' for x in scores)}]  "
+          f"(JSON {size / 1024:.0f} KiB)")
+    print(f"ratio: {score / floor:.2f}x the floor by medians, {min(scores) / min(floors):.2f}x by minima (goal <= 5x)")
     if tmp is not None:
         tmp.cleanup()
 

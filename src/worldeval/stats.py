@@ -132,7 +132,8 @@ def stratified_counts(strata: np.ndarray, replicates: int, rng: np.random.Genera
     slot_start = np.repeat(starts, sizes)  # for every draw slot: first position of its stratum
     slot_size = np.repeat(sizes, sizes)
     # floor(u * size) is uniform on 0..size-1 and far faster than integers() with per-slot bounds.
-    offs = np.minimum((rng.random((replicates, n)) * slot_size[None, :]).astype(np.int64), slot_size[None, :] - 1)
+    u = rng.random((replicates, n), dtype=np.float32)
+    offs = np.minimum((u * slot_size[None, :]).astype(np.int32), slot_size[None, :] - 1)
     draws = slot_start[None, :] + offs
     case_of_draw = order[draws]  # positions in sorted order -> original case index
     flat = (np.arange(replicates)[:, None] * n + case_of_draw).ravel()

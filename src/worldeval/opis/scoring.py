@@ -79,6 +79,7 @@ class ScoreConfig:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["weights"] = {"P": self.weights[0], "I": self.weights[1], "S": self.weights[2]}
+        d.pop("validate")
         return d
 
 
