@@ -169,6 +169,13 @@ def test_bad_options_name_the_option(tiny, tmp_path):
     # a model of the wrong family for the slot
     with pytest.raises(HFBackendError, match="matcher"):
         build_hf_backend("cpu", sam3=tiny["sam3"], dinov3=tiny["dinov3"], matcher=tiny["dinov2"])
+    with pytest.raises(HFBackendError, match="max_observations"):
+        build_hf_backend("cpu", sam3=tiny["sam3"], dinov3=tiny["dinov3"], matcher=tiny["lightglue"], max_observations="2.5")
+    # options from a command line arrive as strings and are converted
+    be = build_hf_backend("cpu", sam3=tiny["sam3"], dinov3=tiny["dinov3"], matcher=tiny["lightglue"],
+                          score_threshold="0.25", max_observations="7", color_weight="0.5", local_files_only="true")  # fmt: skip
+    assert be.segmenter.score_threshold == 0.25 and be.segmenter.max_observations == 7
+    assert be.embedder.color_weight == 0.5
     # a hub id that is not in the offline cache fails instead of downloading
     with pytest.raises(HFBackendError, match="depth"):
         HFDepthEstimator("worldeval-test/definitely-not-cached", CPU)
@@ -378,3 +385,50 @@ def test_vitpose_keypoints_inside_box(tiny):
         assert all(0 <= a < 17 and 0 <= b < 17 for a, b in kp.edges) and len(kp.edges) == 19
     assert pose.keypoints(img, (200.0, 200.0, 10.0, 10.0)) is None  # entirely outside
     assert pose.keypoints(img, (10.0, 10.0, 1.0, 30.0)) is None  # degenerate
+
+
+# ---------------------------------------------------------------- through the evaluator
+
+
+def _tiny_case_and_video(root):
+    from worldeval.media import write_video
+    from worldeval.opis.case import write_case
+
+    img, sq, disc = _scene(64, 96, seed=4)
+    spec = {
+        "id": "tiny_0001", "domain": "real_world", "subcategory": "home_indoor", "image": "input.png",
+        "instances": [
+            {"id": "obj_a", "category": "red box", "kinematics": "rigid", "track": "static"},
+            {"id": "obj_b", "category": "person", "kinematics": "articulated", "track": "dynamic"},
+        ],
+    }  # fmt: skip
+    case_dir = root / "tiny_0001"
+    write_case(case_dir, spec, img, {"obj_a": sq[:64, :96], "obj_b": disc[:64, :96]})
+    frames = [np.roll(img, k, axis=1) for k in range(40)]
+    video = write_video(root / "tiny_0001.mp4", frames, fps=24)
+    return case_dir, video
+
+
+@pytest.mark.slow
+def test_hf_backend_runs_through_evaluate_item(tiny, tmp_path):
+    evaluate = pytest.importorskip("worldeval.opis.evaluate")
+    from worldeval.opis.archive import COLUMNS
+
+    case_dir, video = _tiny_case_and_video(tmp_path)
+    opts = {"sam3": tiny["sam3"], "dinov3": tiny["dinov3"], "matcher": tiny["lightglue"], "vitpose": tiny["vitpose"],
+            "depth": tiny["depth_anything"], "score_threshold": 0.0, "match_long_side": 96}  # fmt: skip
+    item = evaluate.EvalItem(case_dir=str(case_dir), video=str(video), model="tiny", backend="hf", backend_options=opts)
+    res = evaluate.evaluate_item(item)
+    assert res.error is None, res.error
+    assert res.backend_versions["name"] == "hf" and "segmenter" in res.backend_versions
+    df = res.rows
+    assert list(df.columns) == list(COLUMNS)
+    # 40 frames at 24 fps: samples at frames 24 and 32; one row per frame x instance, plus extras
+    ref = df[~df["extra"]]
+    assert sorted(ref["frame"].unique().tolist()) == [24, 32]
+    assert sorted(ref.groupby("frame")["instance_id"].apply(sorted).tolist()) == [["obj_a", "obj_b"]] * 2
+    assert set(ref["visibility"]) <= {"expected_visible", "occluded", "out_of_view", "too_small", "unknown"}
+    a = df["appearance"].dropna()
+    assert ((a >= 0) & (a <= 1 + 1e-6)).all()
+    assert not (df["matched"] & (df["visibility"] != "expected_visible")).any()
+    assert len(res.frames["frames"]) == 2

@@ -94,7 +94,7 @@ def to_pixels(image: np.ndarray, size: tuple[int, int], mean, std, device, dtype
 
     if image.ndim != 3 or image.shape[2] != 3:
         raise ValueError(f"expected an H x W x 3 RGB image, got shape {image.shape}")
-    x = torch.from_numpy(np.ascontiguousarray(image)).to(device).permute(2, 0, 1)[None].float() / 255.0
+    x = torch.from_numpy(np.require(image, requirements=["C", "W"])).to(device).permute(2, 0, 1)[None].float() / 255.0
     if tuple(x.shape[-2:]) != tuple(size):
         x = F.interpolate(x, size=tuple(int(s) for s in size), mode="bilinear", align_corners=False, antialias=True)
     m = torch.tensor(mean, device=device, dtype=x.dtype).view(1, 3, 1, 1)
@@ -106,6 +106,40 @@ def to_pixels(image: np.ndarray, size: tuple[int, int], mean, std, device, dtype
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 HALF = (0.5, 0.5, 0.5)
+
+
+# tuning options and their types: command lines hand them over as strings
+OPTION_TYPES: dict[str, type] = {
+    "score_threshold": float, "mask_threshold": float, "dedupe_iou": float, "max_observations": int,
+    "phrase_batch": int, "min_area_frac": float, "points_per_side": int, "iou_threshold": float, "point_batch": int,
+    "embed_size": int, "pooling": str, "color_weight": float, "embed_batch": int, "context": float,
+    "match_long_side": int, "min_match_score": float, "max_matches": int, "depth_size": int,
+    "pose_min_conf": float, "animal_dataset_index": int, "human_dataset_index": int,
+}  # fmt: skip
+
+
+def _coerce_bool(option: str, value) -> bool:
+    if isinstance(value, bool):
+        return value
+    v = str(value).strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("0", "false", "no", "off"):
+        return False
+    raise HFBackendError(option, value, "expected true or false")
+
+
+def _coerce(option: str, value):
+    kind = OPTION_TYPES[option]
+    try:
+        if kind is int:
+            f = float(value)
+            if f != int(f):
+                raise ValueError("not a whole number")
+            return int(f)
+        return kind(value)
+    except (TypeError, ValueError) as exc:
+        raise HFBackendError(option, value, f"expected {kind.__name__}: {exc}") from exc
 
 
 def build_hf_backend(
@@ -138,17 +172,13 @@ def build_hf_backend(
     from worldeval.opis.backends.hf_pose import VitPoseEstimator
     from worldeval.opis.backends.hf_segment import Sam2Segmenter, Sam3Segmenter
 
-    known = {
-        "score_threshold", "mask_threshold", "dedupe_iou", "max_observations", "phrase_batch", "min_area_frac",
-        "points_per_side", "iou_threshold", "point_batch",
-        "embed_size", "pooling", "color_weight", "embed_batch", "context",
-        "match_long_side", "min_match_score", "max_matches",
-        "depth_size",
-        "pose_min_conf", "animal_dataset_index", "human_dataset_index",
-    }  # fmt: skip
-    unknown = sorted(set(options) - known)
+    unknown = sorted(set(options) - set(OPTION_TYPES))
     if unknown:
-        raise HFBackendError(unknown[0], options[unknown[0]], f"unknown option; known: {sorted(known) + list(MODEL_OPTIONS)}")
+        known = sorted(OPTION_TYPES) + list(MODEL_OPTIONS)
+        raise HFBackendError(unknown[0], options[unknown[0]], f"unknown option; known: {known}")
+    options = {k: _coerce(k, v) for k, v in options.items()}
+    if isinstance(local_files_only, str):
+        local_files_only = _coerce_bool("local_files_only", local_files_only)
 
     dev = torch_device(device)
     dt = torch_dtype(dtype)

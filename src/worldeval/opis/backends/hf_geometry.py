@@ -121,7 +121,7 @@ def _gray_pixels(image: np.ndarray, size: tuple[int, int], device, dtype=None):
     import torch
     import torch.nn.functional as F
 
-    x = torch.from_numpy(np.ascontiguousarray(image)).to(device).permute(2, 0, 1)[None].float() / 255.0
+    x = torch.from_numpy(np.require(image, requirements=["C", "W"])).to(device).permute(2, 0, 1)[None].float() / 255.0
     g = 0.2989 * x[:, 0] + 0.5870 * x[:, 1] + 0.1140 * x[:, 2]
     g = F.interpolate(g[:, None], size=size, mode="bilinear", align_corners=False, antialias=True)
     g = g.repeat(1, 3, 1, 1)
