@@ -216,3 +216,13 @@ def test_unsorted_rows_still_detect_duplicates():
     with pytest.raises(ArchiveError, match="duplicates"):
         validate_archive(df)
     validate_archive(rows().iloc[::-1].reset_index(drop=True))  # reversed but clean: fine
+
+
+def test_archive_written_by_plain_pandas_is_accepted(tmp_path):
+    """pandas writes large_string, int64 and an all-null column as type null; all of it reads back."""
+    df = rows()
+    df["structure_source"] = None
+    df.to_parquet(tmp_path / "measurements.parquet")
+    back = read_archive(tmp_path)
+    assert back["structure_source"].isna().all() and len(back) == len(df)
+    assert back["n_reference"].tolist() == [2] * len(df)
