@@ -177,7 +177,8 @@ def grabcut_mask(image: np.ndarray, box: list[float] | None = None, point: list[
     """Instance mask from a box (x, y, w, h) and/or a point (x, y) prompt with GrabCut.
 
     GrabCut runs on a crop around the prompt (the box grown by half its size),
-    which keeps the colour models local and the cost independent of image size.
+    which keeps the colour models local and the cost independent of image size;
+    when that finds (almost) nothing it is retried with a thin background ring.
     A point alone seeds a sure-foreground disc inside a square window whose
     border is background; the component holding the point is kept.
     """
@@ -196,7 +197,23 @@ def grabcut_mask(image: np.ndarray, box: list[float] | None = None, point: list[
         x1, y1 = min(W, int(point[0] + side / 2)), min(H, int(point[1] + side / 2))
     if x1 - x0 < 2 or y1 - y0 < 2:
         raise ValueError(f"prompt box {[x0, y0, x1 - x0, y1 - y0]} is outside the image or too small")
-    mx, my = (x1 - x0) // 2 + 2, (y1 - y0) // 2 + 2
+    full = np.zeros((H, W), dtype=bool)
+    # A wide background ring models the surroundings best, but when it holds a look-alike
+    # (a neighbouring coin, say) GrabCut can call the whole box background; a thin ring then helps.
+    for margin in (0.5, 0.08):
+        full = _grabcut_window(image, (x0, y0, x1, y1), margin, point, iters, seed)
+        if full.sum() >= 0.1 * (x1 - x0) * (y1 - y0) or point is not None and full.any():
+            break
+    return full
+
+
+def _grabcut_window(image: np.ndarray, box: tuple[int, int, int, int], margin: float,
+                    point: list[float] | None, iters: int, seed: int) -> np.ndarray:
+    import cv2
+
+    H, W = image.shape[:2]
+    x0, y0, x1, y1 = box
+    mx, my = int((x1 - x0) * margin) + 2, int((y1 - y0) * margin) + 2
     cx0, cy0, cx1, cy1 = max(0, x0 - mx), max(0, y0 - my), min(W, x1 + mx), min(H, y1 + my)
     crop = np.ascontiguousarray(image[cy0:cy1, cx0:cx1, :3].astype(np.uint8))
     mask = np.full(crop.shape[:2], cv2.GC_BGD, np.uint8)

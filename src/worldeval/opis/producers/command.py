@@ -89,10 +89,10 @@ class CommandProducer(Producer):
             tail = (proc.stderr or proc.stdout or "").strip()[-800:]
             raise ProduceError(case.root, "cmd", f"{argv[0]} exited with status {proc.returncode}: {tail}")
         if not tmp.exists():
-            raise ProduceError(tmp, "out", "the command succeeded but wrote no video at {out}")
+            raise ProduceError(case.root, "out", f"the command succeeded but wrote no video at {tmp}")
         try:
             info = probe_video(tmp)
         except MediaError as exc:
-            raise ProduceError(tmp, "out", f"the command wrote an unreadable video: {exc.reason}") from exc
+            raise ProduceError(case.root, "out", f"the command wrote an unreadable video {tmp}: {exc.reason}") from exc
         tmp.replace(out)
         return {"fps": info.fps, "num_frames": info.num_frames, "returncode": proc.returncode}

@@ -75,7 +75,7 @@ class DiffusersProducer(Producer):
         image = Image.fromarray(case.image).resize((width, height), Image.BICUBIC)
         accepted = set(inspect.signature(self.pipe.__call__).parameters)
         seed = int.from_bytes(hashlib.sha256(f"{ctx.seed}:{case.id}".encode()).digest()[:4], "little")
-        gen_device = "cpu" if str(self.device).startswith("mps") else self.device
+        gen_device = self.device if str(self.device).startswith("cuda") and torch.cuda.is_available() else "cpu"
         wanted = {
             "image": image,
             "prompt": case.spec.instruction,

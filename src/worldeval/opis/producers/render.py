@@ -7,9 +7,10 @@ point X appears at `R_t @ (X - C_t)` in the camera at time t, with R_t from
 A pure rotation is rendered exactly with the homography `K R K^-1`. A camera
 that also translates needs depth: every pixel is lifted with the reference
 depth, moved, projected and splatted with a z-buffer (nearer pixels win).
-Pixels no source pixel lands on (newly revealed content, splat cracks) take
-the value of a plane-induced homography at the median depth, which is also
-the exact answer when the depth is a fronto-parallel plane (the flat fallback).
+Pixels no source pixel lands on are inpainted when they lie inside the old
+field of view (disocclusions, splat cracks); outside it they take the value of
+a plane-induced homography at the median depth, which is also the exact
+answer everywhere when the depth is a fronto-parallel plane (the flat fallback).
 Content outside I0 is filled by replicating the border, which invents no new
 objects (a reflected border would duplicate objects and confuse association).
 """
@@ -115,7 +116,27 @@ class ViewRenderer:
         first[1:] = idx[1:] != idx[:-1]
         out = base.reshape(-1, base.shape[-1]).copy()
         out[idx[first]] = image.reshape(-1, image.shape[-1])[src[first]]
-        return out.reshape(base.shape)
+        out = out.reshape(base.shape)
+        # Pixels nothing landed on inside the old field of view are disocclusions and splat
+        # cracks: the plane warp there could show a foreground object a second time (a ghost),
+        # so they are inpainted from their surroundings. Outside the old view the base stays.
+        hit = np.zeros(h * w, dtype=np.uint8)
+        hit[idx[first]] = 1
+        seen = self._seen_mask(R, C, (h, w))
+        holes = ((hit.reshape(h, w) == 0) & seen).astype(np.uint8)
+        if holes.any():
+            import cv2
+
+            out = cv2.inpaint(np.ascontiguousarray(out), holes, 3, cv2.INPAINT_TELEA)
+        return out
+
+    def _seen_mask(self, R: np.ndarray, C: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+        import cv2
+
+        h, w = shape
+        ones = np.full((h, w), 255, np.uint8)
+        Hm = plane_homography(self.K, R, C, self.median)
+        return cv2.warpPerspective(ones, Hm, (w, h), flags=cv2.INTER_NEAREST, borderMode=cv2.BORDER_CONSTANT) > 0
 
 
 def _radix_order(idx: np.ndarray, z: np.ndarray) -> np.ndarray:
