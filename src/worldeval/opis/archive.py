@@ -254,9 +254,9 @@ def _read_checked(path: Path) -> pa.Table:
     for name in FLOAT_COLUMNS:
         col = table.column(name)
         if pa.types.is_floating(col.type):
-            nan = pc.is_nan(col).fill_null(False)
-            if pc.any(nan).as_py():
-                row = int(np.flatnonzero(nan.to_numpy(zero_copy_only=False))[0])
+            nan = pc.is_nan(col)
+            if pc.any(nan).as_py():  # nulls are skipped, so no fill is needed on the common path
+                row = int(np.flatnonzero(nan.fill_null(False).to_numpy(zero_copy_only=False))[0])
                 raise ArchiveError(
                     f"row {row}: column {name!r} is NaN (store missing evidence as null)",
                     path=str(path),
@@ -380,11 +380,10 @@ def validate_archive(
     row keys it computed (`ArchiveKeys`) so scoring need not recompute them.
     """
     n = len(df)
-    df_index = np.arange(n)
 
     def fail(column: str, mask: np.ndarray, what: str) -> None:
-        rows = df_index[mask]
-        if len(rows):
+        if mask.any():
+            rows = np.flatnonzero(mask)
             row = int(rows[0])
             path, local = _locate(row, sources, source)
             ident = []
