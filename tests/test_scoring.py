@@ -246,7 +246,8 @@ def test_thresholds_and_weights_are_configurable():
 
 
 def test_config_rejects_bad_values():
-    for bad in (dict(weights=(0.5, 0.5, 0.5)), dict(tau_I=1.5), dict(variant="median"), dict(bootstrap=-1)):
+    for bad in (dict(weights=(0.5, 0.5, 0.5)), dict(tau_I=1.5), dict(variant="median"), dict(bootstrap=-1),
+                dict(density_edges=(40, 20)), dict(temporal_edges=(4.0, 1.0))):
         with pytest.raises(ValueError):
             ScoreConfig(**bad)
 

@@ -73,6 +73,9 @@ class ScoreConfig:
             raise ValueError(f"bootstrap must be >= 0, got {self.bootstrap}")
         if not (0.0 < self.ci_level < 1.0):
             raise ValueError(f"ci_level must be in (0, 1), got {self.ci_level}")
+        de = tuple(self.density_edges)
+        if len(de) != 2 or not (0 <= de[0] < de[1]):
+            raise ValueError(f"density_edges must be two increasing counts (lo, hi), got {self.density_edges}")
         if list(self.temporal_edges) != sorted(self.temporal_edges) or len(self.temporal_edges) < 2:
             raise ValueError(f"temporal_edges must be increasing, got {self.temporal_edges}")
 
