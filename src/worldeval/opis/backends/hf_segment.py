@@ -53,14 +53,20 @@ def _greedy_dedupe(lowres: list[np.ndarray], scores: list[float], iou: float) ->
     return kept
 
 
-def _upsample_logits(logits, size: tuple[int, int]) -> np.ndarray:
-    """N x h x w mask logits (torch) -> N x H x W float32 numpy, bilinear over the whole (stretched) frame."""
+def _upsample_masks(logits, size: tuple[int, int], logit_threshold: float, chunk: int = 8) -> list[np.ndarray]:
+    """N x h x w mask logits (torch) -> N boolean H x W masks, bilinear over the whole (stretched) frame.
+
+    Thresholding happens on the device, chunk by chunk, so a frame's worth of
+    full-resolution float masks never sits in memory at once.
+    """
     import torch.nn.functional as F
 
-    if logits.shape[0] == 0:
-        return np.zeros((0, *size), dtype=np.float32)
-    up = F.interpolate(logits[:, None].float(), size=size, mode="bilinear", align_corners=False)[:, 0]
-    return up.cpu().numpy()
+    out: list[np.ndarray] = []
+    for s in range(0, logits.shape[0], chunk):
+        part = logits[s : s + chunk, None].float()
+        up = F.interpolate(part, size=size, mode="bilinear", align_corners=False)[:, 0]
+        out.extend(m for m in (up > logit_threshold).cpu().numpy())
+    return out
 
 
 class Sam3Segmenter:
@@ -161,11 +167,12 @@ class Sam3Segmenter:
         if not kept:
             return []
         logits = torch.stack([cands[i][2] for i in kept])
-        probs = 1.0 / (1.0 + np.exp(-_upsample_logits(logits, (H, W))))
+        t = min(max(self.mask_threshold, 1e-6), 1 - 1e-6)
+        masks = _upsample_masks(logits, (H, W), float(np.log(t / (1 - t))))  # sigmoid(x) > t  <=>  x > logit(t)
         obs = []
         min_area = self.min_area_frac * H * W
         for row, i in enumerate(kept):
-            mask = probs[row] > self.mask_threshold
+            mask = masks[row]
             box = _tight_box(mask)
             if box is None or mask.sum() < max(1.0, min_area):
                 continue
@@ -274,11 +281,11 @@ class Sam2Segmenter:
         kept = _greedy_dedupe(lowres, [c[0] for c in cands], self.dedupe_iou)[: self.max_observations]
         if not kept:
             return []
-        up = _upsample_logits(torch.stack([cands[i][2] for i in kept]), (H, W))
+        masks = _upsample_masks(torch.stack([cands[i][2] for i in kept]), (H, W), self.mask_threshold)
         obs = []
         min_area = self.min_area_frac * H * W
         for row, i in enumerate(kept):
-            mask = up[row] > self.mask_threshold
+            mask = masks[row]
             # a mask covering nearly the whole frame is the background, not an object
             if mask.sum() < max(1.0, min_area) or mask.mean() > 0.9:
                 continue
