@@ -281,6 +281,8 @@ def test_depth_positive_finite_at_frame_size(tiny, key):
     elif K is not None:
         assert K.shape == (3, 3) and K[0, 0] == K[1, 1] > 0
         assert K[0, 2] == pytest.approx(109 / 2) and K[1, 2] == pytest.approx(69 / 2)
+    else:  # no usable field of view: relative depth, bounded like Depth Anything's
+        assert depth.min() >= 1.0 - 1e-6 and depth.max() <= 10.0 + 1e-4
 
 
 # ---------------------------------------------------------------- matchers
@@ -308,6 +310,8 @@ def test_matches_inside_images_and_masks(tiny, key):
         assert m1[int(round(p[1])), int(round(p[0]))]
     c2 = m.match(img0, img1)
     np.testing.assert_array_equal(c.pts0, c2.pts0)
+    with pytest.raises(ValueError, match="mask1"):
+        m.match(img0, img1, m0, m0)
 
 
 def test_loftr_pairs_follow_match_indices_not_list_order():

@@ -107,7 +107,8 @@ class HFDepthEstimator:
                 inv = pred * (W / f)
                 K = np.array([[f, 0, (W - 1) / 2], [0, f, (H - 1) / 2], [0, 0, 1]], dtype=np.float64)
             inv_full = _resize_map(inv, (H, W))
-            depth = 1.0 / np.clip(inv_full, 1e-4, 1e4)
+            # without a focal length the inverse depth has no scale: treat it like relative disparity
+            depth = 1.0 / np.clip(inv_full, 1e-4, 1e4) if K is not None else disparity_to_depth(inv_full)
         elif self.metric:
             depth = np.clip(_resize_map(pred, (H, W)), 1e-3, None)
         else:
@@ -180,6 +181,9 @@ class HFMatcher:
         import torch
 
         (H0, W0), (H1, W1) = img0.shape[:2], img1.shape[:2]
+        for k, (m, shape) in enumerate(((mask0, (H0, W0)), (mask1, (H1, W1)))):
+            if m is not None and tuple(np.shape(m)[:2]) != shape:
+                raise ValueError(f"match: mask{k} is {np.shape(m)[:2]} but image{k} is {shape}")
         # both images of a pair share one tensor, so one input size (from the first image's aspect)
         h, w = self._input_size(H0, W0)
         px = torch.stack([_gray_pixels(img0, (h, w), self.device, self.dtype)[0],
