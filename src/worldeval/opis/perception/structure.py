@@ -1,0 +1,167 @@
+"""Structure measurements (paper section 4.3).
+
+* static (eq. 4): median distance between where the camera puts an instance's
+  correspondences and where they were matched, over the observed box diagonal,
+  `s = exp(-rho / lambda_g)`. Uses every selected correspondence, not only
+  camera inliers; needs a reliable camera and `min_correspondences`.
+* pose (eq. 5): segment-length log-ratios against I0 after removing the
+  median (one scale per instance), `s = mean exp(-|r - median r| / tau)`.
+* claims: a VLM judges the case's structural claims for the object in the
+  frame; supported fraction per claim family (answers below the confidence
+  threshold or "unknown" do not count), then the mean over families.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def static_structure(
+    bank, i: int, frame: np.ndarray, obs_box, cam, matcher, *, lambda_g: float = 0.05, min_correspondences: int = 6
+) -> tuple[float | None, dict]:
+    """s_stat for instance i matched to an observation with box `obs_box`; None when not measurable."""
+    if cam is None or not cam.reliable:
+        return None, {"reason": "camera unreliable"}
+    import cv2
+
+    H0, W0 = bank.shape
+    H1, W1 = frame.shape[:2]
+    m0 = np.zeros((H0, W0), bool)
+    x, y, w, h = (int(round(v)) for v in bank.boxes[i])
+    m0[max(0, y) : y + h, max(0, x) : x + w] = True
+    m1 = np.zeros((H1, W1), bool)
+    ox, oy, ow, oh = obs_box
+    pad = 0.1 * max(ow, oh)
+    m1[max(0, int(oy - pad)) : int(oy + oh + pad) + 1, max(0, int(ox - pad)) : int(ox + ow + pad) + 1] = True
+    corr = matcher.match(bank.image, frame, mask0=m0, mask1=m1)
+    n = len(corr.pts0)
+    if n < min_correspondences:
+        return None, {"reason": f"{n} correspondences", "n": n}
+    pred, z = cam.project(corr.pts0)
+    if z is None:
+        # Without depth the camera is a homography of the dominant plane; an object standing
+        # off that plane is shifted and scaled by parallax. One similarity correction per
+        # instance (4 dof: no shear, no anisotropic scale, so a squeezed shape still shows)
+        # absorbs that before the residual is measured.
+        fin = np.all(np.isfinite(pred), axis=1)
+        if fin.sum() >= 3:
+            M, _ = cv2.estimateAffinePartial2D(
+                pred[fin].astype(np.float32), corr.pts1[fin].astype(np.float32), method=cv2.RANSAC,
+                ransacReprojThreshold=max(2.0, 0.03 * math.hypot(obs_box[2], obs_box[3])),
+            )
+            if M is not None:
+                pred = pred @ M[:, :2].T + M[:, 2]
+    err = np.linalg.norm(pred - corr.pts1, axis=1)
+    if z is not None:
+        err = err[z > 0]
+    err = err[np.isfinite(err)]
+    if len(err) < min_correspondences:
+        return None, {"reason": "projection failed", "n": n}
+    diag = math.hypot(ow, oh)
+    if diag <= 0:
+        return None, {"reason": "empty box"}
+    rho = float(np.median(err)) / diag
+    return float(math.exp(-rho / lambda_g)), {"n": n, "rho": rho}
+
+
+def pose_structure(kp0, kp1, *, tau: float = 0.2, min_conf: float = 0.3, min_segments: int = 3) -> float | None:
+    """Eq. 5 from two keypoint sets with the same skeleton; None when too few segments are visible in both."""
+    if kp0 is None or kp1 is None:
+        return None
+    r = []
+    for a, b in kp0.edges:
+        if min(kp0.conf[a], kp0.conf[b], kp1.conf[a], kp1.conf[b]) < min_conf:
+            continue
+        l0 = float(np.linalg.norm(kp0.xy[a] - kp0.xy[b]))
+        l1 = float(np.linalg.norm(kp1.xy[a] - kp1.xy[b]))
+        if l0 <= 1e-6 or l1 <= 1e-6:
+            continue
+        r.append(math.log(l1 / l0))
+    if len(r) < min_segments:
+        return None
+    r = np.asarray(r)
+    return float(np.mean(np.exp(-np.abs(r - np.median(r)) / tau)))
+
+
+class ClaimJudgeError(RuntimeError):
+    """The structural-claims judge did not answer (timeout, endpoint error, unparseable answer)."""
+
+    def __init__(self, message: str, field: str = "structure.claims"):
+        self.field = field
+        self.reason = message
+        super().__init__(message)
+
+
+VERDICTS = ("supported", "contradicted", "unknown")
+
+
+def _validate_claims_answer(n: int):
+    def check(obj: dict) -> dict:
+        items = obj.get("claims")
+        if not isinstance(items, list) or len(items) != n:
+            raise ValueError(f"expected 'claims' to be a list of {n} objects")
+        out = []
+        for k, it in enumerate(items):
+            if not isinstance(it, dict):
+                raise ValueError(f"claims[{k}] is not an object")
+            v = str(it.get("verdict", "")).lower().strip()
+            if v not in VERDICTS:
+                raise ValueError(f"claims[{k}].verdict must be one of {VERDICTS}")
+            try:
+                c = float(it.get("confidence"))
+            except (TypeError, ValueError):
+                raise ValueError(f"claims[{k}].confidence must be a number in [0, 1]") from None
+            if not 0.0 <= c <= 1.0:
+                raise ValueError(f"claims[{k}].confidence must be in [0, 1]")
+            out.append({"verdict": v, "confidence": c})
+        return {"claims": out}
+
+    return check
+
+
+# Our own wording of the task (the paper's prompts are not reused).
+CLAIMS_SYSTEM = (
+    "You check whether an object kept its physical structure in a generated video frame. "
+    "You see a crop of the object in the original image and a crop of the same object in a later frame. "
+    "For every numbered statement, decide from the later frame alone whether the statement still holds: "
+    "'supported' if it clearly holds, 'contradicted' if it clearly does not, 'unknown' if the frame does not show enough. "
+    "Pose, viewpoint, lighting and motion blur are allowed to change. Give a confidence between 0 and 1. "
+    'Answer with JSON only: {"claims": [{"verdict": "...", "confidence": 0.0}, ...]} in the order given.'
+)
+
+
+def claims_structure(
+    judge,
+    ref_crop: np.ndarray,
+    obs_crop: np.ndarray,
+    category: str,
+    claims: list,
+    *,
+    max_claims: int = 12,
+    min_confidence: float = 0.7,
+) -> tuple[float | None, dict]:
+    """Supported fraction per claim family, averaged over families with at least one confident verdict."""
+    from worldeval.judge.client import JudgeImage
+
+    claims = list(claims)[:max_claims]
+    if not claims:
+        return None, {"reason": "no claims"}
+    lines = "\n".join(f"{k + 1}. {c.text}" for k, c in enumerate(claims))
+    content = [
+        f"Object: {category}\nStatements:\n{lines}",
+        JudgeImage.from_array(ref_crop, label="original"),
+        JudgeImage.from_array(obs_crop, label="later frame"),
+    ]
+    ans = judge.ask_json(content, validator=_validate_claims_answer(len(claims)), system=CLAIMS_SYSTEM, prefer_key="claims")
+    if not ans.ok:
+        raise ClaimJudgeError(f"structural-claims judge failed after {ans.attempts} attempt(s): {ans.error}")
+    fam: dict[str, list[float]] = {}
+    for c, v in zip(claims, ans.parsed["claims"]):
+        if v["verdict"] == "unknown" or v["confidence"] < min_confidence:
+            continue
+        fam.setdefault(c.family, []).append(1.0 if v["verdict"] == "supported" else 0.0)
+    if not fam:
+        return None, {"reason": "no confident verdicts"}
+    return float(np.mean([np.mean(v) for v in fam.values()])), {"families": {k: float(np.mean(v)) for k, v in fam.items()}}
