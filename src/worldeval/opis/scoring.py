@@ -150,9 +150,16 @@ class FrameEvidence:
 
 def _codes(s: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     if isinstance(s.dtype, pd.CategoricalDtype):
-        return s.cat.codes.to_numpy().astype(np.int64), np.asarray(s.cat.categories, dtype=object)
+        # Small integer codes (int8 for a handful of labels): comparisons stay cheap.
+        return s.cat.codes.to_numpy(), np.asarray(s.cat.categories, dtype=object)
     codes, uniques = pd.factorize(s, use_na_sentinel=True)
-    return codes.astype(np.int64), np.asarray(uniques, dtype=object)
+    return codes, np.asarray(uniques, dtype=object)
+
+
+def _floats(s: pd.Series) -> np.ndarray:
+    if s.dtype == np.float64:
+        return s.to_numpy()
+    return s.to_numpy(dtype=float, na_value=np.nan)
 
 
 def _label_eq(s: pd.Series, label: str) -> np.ndarray:
@@ -203,8 +210,8 @@ def evaluate(df: pd.DataFrame, config: ScoreConfig = ScoreConfig(), keys: Archiv
     unknown = _label_eq(df["visibility"], "unknown") & ref
     static = _label_eq(df["track"], "static") & ref
     dynamic = _label_eq(df["track"], "dynamic") & ref
-    app = df["appearance"].to_numpy(dtype=float, na_value=np.nan)
-    strv = df["structure"].to_numpy(dtype=float, na_value=np.nan)
+    app = _floats(df["appearance"])
+    strv = _floats(df["structure"])
     in_a = matched & ~np.isnan(app)
     in_b = ~np.isnan(strv)
 
