@@ -112,7 +112,7 @@ def rotation_from_angles(yaw_deg: float, pitch_deg: float, roll_deg: float) -> n
     # Camera turning right by yaw = points rotate left in camera coords: rotation about y by -yaw.
     Ry = np.array([[math.cos(y), 0, -math.sin(y)], [0, 1, 0], [math.sin(y), 0, math.cos(y)]])
     # Camera tilting up = points move down (y grows downward): rotation about x.
-    Rx = np.array([[1, 0, 0], [0, math.cos(p), -math.sin(p)], [0, math.sin(p), math.cos(p)]])
+    Rx = np.array([[1, 0, 0], [0, math.cos(p), math.sin(p)], [0, -math.sin(p), math.cos(p)]])
     Rz = np.array([[math.cos(r), math.sin(r), 0], [-math.sin(r), math.cos(r), 0], [0, 0, 1]])
     return Rz @ Rx @ Ry
 
