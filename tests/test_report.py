@@ -318,4 +318,14 @@ def test_real_hd_video_is_downscaled_and_boxes_follow(tmp_path, shared_data):
         want = (220, 30, 30) if alt.startswith("frame 42") else (40, 180, 60)
         assert np.abs(px - np.array(want)).max() <= 60, (alt, px)
     assert "P 80.00" in html  # P: 4 of 5 frames have the apple matched
+    # perception decoded at half size (EvalConfig.max_side): boxes in those pixels land at the same place
+    half = {"model": "m", "case_id": "apple", "video": str(video), "case_dir": str(tmp_path / "ds" / "apple"),
+            "fps": 10.0, "num_frames": 50, "width": 648, "height": 360,
+            "frames": [{**f, "objects": [{**o, "box": [v / 2 for v in box]} for o in f["objects"]]} for f in frames]}
+    atomic_write_json(run / "frames" / "m" / "apple.json", half)
+    again = _images(render_report([run], bootstrap=0, thumb_side=320, frames_per_case=5), "frame")
+    for (alt, img), (_, img2) in zip(strip, again):
+        x, y, w, h = box
+        yy, xx = round((y + h / 2) * s), round(x * s)
+        assert np.abs(img2[yy, xx].astype(int) - img[yy, xx].astype(int)).max() <= 40, alt
     assert len(html) < 600_000  # JPEG thumbnails keep the file small

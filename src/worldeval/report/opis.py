@@ -230,7 +230,10 @@ def _frame_strip(record: dict, video: Path | None, k: int, thumb_side: int, note
     except (MediaError, ValueError) as exc:
         notes.append(f"rollout video unusable: {exc}")
         return []
-    scale = sampled.frames[0].shape[1] / float(sampled.info.width) if sampled.info.width else 1.0
+    # Boxes are in the pixels of the frames perception saw: the record's width when it was
+    # decoded downscaled (EvalConfig.max_side), else the video's own width.
+    box_width = _num(record.get("width")) or float(sampled.info.width or 0)
+    scale = sampled.frames[0].shape[1] / box_width if box_width else 1.0
     strip = []
     for f, arr in zip(chosen, sampled.frames):
         boxes, counts = [], {"matched": 0, "missing": 0, "extra": 0}
