@@ -21,13 +21,15 @@ from worldeval.executor import ItemError, WorkerCrashed, run_items  # noqa: E402
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def local_ray():
+    """One loopback cluster for the whole session (other test modules import this fixture)."""
     if ray.is_initialized():
-        ray.shutdown()
+        yield
+        return
     ray.init(
         address="local",
-        num_cpus=2,
+        num_cpus=4,  # logical CPUs: room for 4 one-CPU workers on a 2-core machine
         include_dashboard=False,
         _node_ip_address="127.0.0.1",
         logging_level="WARNING",
@@ -85,3 +87,11 @@ def test_ray_model_loaded_once_per_actor(local_ray):
     assert all(v[1] == 1 for v in got.values()), got
     assert len({v[0] for v in got.values()}) <= 2
     assert sorted(v[2] for v in got.values()) == [7 * x for x in range(8)]
+
+
+def test_ray_workers_capped_to_what_the_cluster_holds(local_ray):
+    with pytest.warns(UserWarning, match="reduced to 1"):
+        got, summary = _collect(square, range(4), workers=3, resources={"num_cpus": 3})
+    assert got == {x: x * x for x in range(4)} and summary.workers == 1
+    with pytest.raises(RuntimeError, match="cannot place a single worker.*GPU"):
+        run_items(square, [1], executor="ray", workers=1, resources={"num_gpus": 1})

@@ -476,11 +476,21 @@ def shutdown_workers() -> None:
         return
     for actors in _WARM_ACTORS.values():
         for actor in actors:
-            try:
-                ray.kill(actor, no_restart=True)
-            except Exception:
-                pass
+            _kill(ray, actor)
     _WARM_ACTORS.clear()
+
+
+def _ray_capacity(ray, opts: dict) -> tuple[int | None, str]:
+    """How many actors with these options the cluster can hold at once (None: no limit known)."""
+    total = ray.cluster_resources()
+    asks = [("CPU", opts["num_cpus"]), ("GPU", opts["num_gpus"])] + list(opts.get("resources", {}).items())
+    caps = []
+    for name, need in asks:
+        if need and need > 0:
+            caps.append((int(total.get(name, 0) // need + 1e-9), f"{name}={need:g} per worker, cluster has {total.get(name, 0):g}"))
+    if not caps:
+        return None, ""
+    return min(caps)
 
 
 def _run_ray(fn, items, workers, address, resources, threads, crash_retries, deliver, summary) -> None:
@@ -491,49 +501,82 @@ def _run_ray(fn, items, workers, address, resources, threads, crash_retries, del
         raise RuntimeError("the ray executor needs the optional extra: pip install 'worldeval[ray]'") from exc
     started = _ray_init(address)
     opts = _ray_options(resources)
+    capacity, why = _ray_capacity(ray, opts)
+    if capacity is not None and capacity < 1:
+        if started:
+            ray.shutdown()
+        raise RuntimeError(f"the Ray cluster cannot place a single worker ({why})")
+    if capacity is not None and workers > capacity:
+        # an actor that can never be placed would hold its item forever
+        import warnings
+
+        warnings.warn(f"--workers {workers} reduced to {capacity}: the Ray cluster fits no more ({why})", stacklevel=3)
+        workers = capacity
+        summary.workers = workers
     Actor = ray.remote(_RayWorker).options(**opts)
     key = _warm_key(ray, opts, threads)
     warm = _WARM_ACTORS.pop(key, [])
-    actors = warm[:workers] + [Actor.remote(threads) for _ in range(workers - len(warm[:workers]))]
+    # Warm actors made with other options would hold cluster resources this run may need.
+    shutdown_workers()
     for extra in warm[workers:]:
-        try:
-            ray.kill(extra, no_restart=True)
-        except Exception:
-            pass
-    idle = deque(actors)
+        _kill(ray, extra)
+    warm = warm[:workers]
+
+    # An actor gets items only once it answers a ping, i.e. once Ray has placed it: an item
+    # handed to an actor still waiting for resources would wait with it while others sit idle.
+    starting: dict = {}  # ping ref -> actor
+
+    def start(actor) -> None:
+        starting[actor.pid.remote()] = actor
+
+    for actor in warm + [Actor.remote(threads) for _ in range(workers - len(warm))]:
+        start(actor)
+    idle: deque = deque()
     queue = deque(range(len(items)))
     strikes: Counter[int] = Counter()
     inflight: dict = {}  # ObjectRef -> (item index, actor)
     finished = False
+    start_failures = 0
+
+    def crashed(i: int, actor, exc: BaseException) -> None:
+        summary.pool_restarts += 1
+        _kill(ray, actor)
+        start(Actor.remote(threads))
+        if i < 0:
+            return
+        strikes[i] += 1
+        if strikes[i] > crash_retries:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            deliver(i, "error", WorkerCrashed(f"Ray worker died while running this item; tried {strikes[i]} time(s): {first}"))
+        else:
+            queue.appendleft(i)
+
     try:
         while queue or inflight:
             while queue and idle:
                 i = queue.popleft()
                 actor = idle.popleft()
                 inflight[actor.run.remote(fn, items[i])] = (i, actor)
-            ready, _ = ray.wait(list(inflight), num_returns=1)
+            ready, _ = ray.wait(list(inflight) + list(starting), num_returns=1)
             for ref in ready:
+                if ref in starting:
+                    actor = starting.pop(ref)
+                    try:
+                        ray.get(ref)
+                    except RayActorError as exc:
+                        start_failures += 1
+                        if start_failures > 2 * workers + 2:
+                            raise RuntimeError(f"Ray workers keep dying before their first item: {exc}") from exc
+                        crashed(-1, actor, exc)
+                        continue
+                    idle.append(actor)
+                    continue
                 i, actor = inflight.pop(ref)
                 try:
                     status, payload, seconds = ray.get(ref)
                 except RayActorError as exc:
                     # the actor's process died; only this item was running on it
-                    summary.pool_restarts += 1
-                    try:
-                        ray.kill(actor, no_restart=True)
-                    except Exception:
-                        pass
-                    idle.append(Actor.remote(threads))
-                    strikes[i] += 1
-                    if strikes[i] > crash_retries:
-                        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                        deliver(
-                            i,
-                            "error",
-                            WorkerCrashed(f"Ray worker died while running this item; tried {strikes[i]} time(s): {first}"),
-                        )
-                    else:
-                        queue.appendleft(i)
+                    crashed(i, actor, exc)
                     continue
                 except Exception as exc:
                     idle.append(actor)
@@ -544,12 +587,20 @@ def _run_ray(fn, items, workers, address, resources, threads, crash_retries, del
         finished = True
     finally:
         for _, actor in inflight.values():
-            try:
-                ray.kill(actor, no_restart=True)
-            except Exception:
-                pass
+            _kill(ray, actor)
         if started:
             ray.shutdown()
             _WARM_ACTORS.clear()
-        elif finished or idle:
-            _WARM_ACTORS[key] = list(idle)
+        elif finished:
+            # actors still starting are kept too: the next call will find them placed
+            _WARM_ACTORS[key] = list(idle) + list(starting.values())
+        else:
+            for actor in list(idle) + list(starting.values()):
+                _kill(ray, actor)
+
+
+def _kill(ray, actor) -> None:
+    try:
+        ray.kill(actor, no_restart=True)
+    except Exception:
+        pass
