@@ -279,6 +279,7 @@ def shared_data() -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_real_hd_video_is_downscaled_and_boxes_follow(tmp_path, shared_data):
     """A real 1296x720 handheld clip: frames are shrunk to --thumb-side and outlines scale with them."""
     from worldeval.media import decode_frames, read_image, sample_frame_indices
@@ -329,3 +330,27 @@ def test_real_hd_video_is_downscaled_and_boxes_follow(tmp_path, shared_data):
         yy, xx = round((y + h / 2) * s), round(x * s)
         assert np.abs(img2[yy, xx].astype(int) - img[yy, xx].astype(int)).max() <= 40, alt
     assert len(html) < 600_000  # JPEG thumbnails keep the file small
+
+
+@pytest.mark.slow
+def test_report_reads_a_real_opis_eval_run(tmp_path):
+    """End to end with the evaluator: whatever `run_eval` writes, the report draws."""
+    from test_report_fixtures import case_image, make_dataset
+    from worldeval.media import write_video
+    from worldeval.opis.evaluate import run_eval
+
+    ds = make_dataset(tmp_path)
+    for cid in ("case_a", "case_b"):
+        write_video(tmp_path / "ro" / f"{cid}.mp4", [case_image()] * 48, 16)
+    summary = run_eval(ds, tmp_path / "ro", "still", tmp_path / "run", workers=0)
+    assert summary["failed"] == []
+    html = render_report([tmp_path / "run"], bootstrap=0)
+    assert re.findall(r'class="leaderboard-row[^"]*" data-model="([^"]+)"', html) == ["still"]
+    assert len(_images(html, "frame")) == 2 * 4 and len(_images(html, "ref")) == 2
+    assert len(_timelines(html)) == 2
+    record = json.loads((tmp_path / "run" / "frames" / "still" / "case_a.json").read_text())
+    first = record["frames"][0]
+    alt = next(a for a, _ in _images(_section(html, "rollout-still-case_a"), "frame"))
+    assert alt.startswith(f"frame {first['frame']} · {first['time_s']:.2f} s")
+    statuses = [o["status"] for o in first["objects"]]
+    assert f"{statuses.count('matched')} matched · {statuses.count('missing')} missing" in alt

@@ -237,7 +237,7 @@ def _frame_strip(record: dict, video: Path | None, k: int, thumb_side: int, note
     strip = []
     for f, arr in zip(chosen, sampled.frames):
         boxes, counts = [], {"matched": 0, "missing": 0, "extra": 0}
-        other = 0
+        other: dict[str, int] = {}  # occluded, out_of_view, too_small, unknown, ambiguous: not drawn
         for obj in f.get("objects") or []:
             st = obj.get("status")
             if st in images.STATUS_COLORS:
@@ -245,11 +245,11 @@ def _frame_strip(record: dict, video: Path | None, k: int, thumb_side: int, note
                 if obj.get("box") is not None:
                     boxes.append((obj.get("box"), images.STATUS_COLORS[st], None))
             else:
-                other += 1
+                other[str(st)] = other.get(str(st), 0) + 1
         t = _num(f.get("time_s"))
         caption = (f"frame {int(f['frame'])}" + (f" · {t:.2f} s" if t is not None else "")
                    + f" · {counts['matched']} matched · {counts['missing']} missing · {counts['extra']} extra"
-                   + (f" · {other} not assessable" if other else ""))
+                   + "".join(f" · {n} {st.replace('_', ' ')}" for st, n in sorted(other.items())))
         strip.append({"uri": images.jpeg_data_uri(images.draw_boxes(arr, boxes, scale)), "caption": caption})
     return strip
 

@@ -207,6 +207,9 @@ def case_timeline(times: list[float], series: dict[str, list[float | None]], tit
             if len(seg) > 1:
                 parts.append(f'<polyline points="{" ".join(seg)}" fill="none" stroke="{color}" stroke-width="1.6"'
                              f'{dashes.get(key, "")}/>')
+    if not any(not math.isnan(_num(v)) for ys in series.values() for v in ys):
+        parts.append(f'<text x="{left + pw / 2:.1f}" y="{top + ph / 2:.1f}" text-anchor="middle" fill="#888">'
+                     'no frame with a defined P_t, I_t or S_t</text>')
     lx = left + 6
     for key in series:
         color = COMPONENT_COLORS.get(key, "black")
