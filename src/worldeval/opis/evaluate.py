@@ -49,12 +49,15 @@ class EvalConfig(BaseModel):
     stride: int = 8
     skip_seconds: float = 1.0
     max_side: int | None = None  # decode frames at most this large (None: native size)
+    foreign_min_appearance: float = 0.5  # appearance needed to match an observation another instance's search found
     gate_tolerance: float = 0.05  # geometric gate margin, share of the frame diagonal
     min_in_view: float = 0.5  # share of projected query points inside the frame to count as in view
     min_side_px: float = 10.0  # projected instance smaller than this (either side) is too small
     min_correspondences: int = 6  # for the static structure residual
     extra_min_similarity: float = 0.5  # an extra must look like an object of the inventory at least this much
-    extra_margin: float = 0.1  # ... and nearly as much as the matched instance it resembles
+    extra_margin: float = 0.1  # ... and nearly as much as the matched instance it resembles, unless found strongly:
+    extra_feature_score: float = 0.44  # feature-route score n/(n+10): >= 8 RANSAC inliers
+    extra_template_score: float = 0.85  # template-route normalised cross-correlation
     camera_holdout: float = 0.2
     seed: int = 0
 
@@ -236,7 +239,13 @@ def _evaluate_frame(bank: ReferenceBank, frame: np.ndarray, backend: Backend, co
                 continue
             if any(box_iou(o.box, pr.box) > 0.5 for o in obs if o.source.endswith(":" + bank.ids[i])):
                 continue
-            obs.append(Observation(mask=m, box=_mask_box(m), category=None, score=0.5, source=f"projection:{bank.ids[i]}"))
+            # Appearance alone would let an inpainted smear at the right place pass as the object;
+            # the proposal stands only with the instance's own keypoints found where the camera puts them.
+            support = _projection_support(bank, i, frame, cam, backend.matcher, pr)
+            if support < config.min_correspondences:
+                continue
+            obs.append(Observation(mask=m, box=_mask_box(m), category=None, score=support / (support + 10.0),
+                                   source=f"projection:{bank.ids[i]}"))
     with timer("embedding"):
         todo = [k for k, o in enumerate(obs) if o.embedding is None]
         if todo:
@@ -252,6 +261,15 @@ def _evaluate_frame(bank: ReferenceBank, frame: np.ndarray, backend: Backend, co
             pr = projs[i]
             for j, o in enumerate(obs):
                 gates[i, j] = pr is not None and pr.state != P.OUT_OF_VIEW and geometric_gate(pr.box, o.box, shape, config.gate_tolerance)
+        # which instance's search produced each observation ("route:<instance id>"); other sources are open to all
+        provenance = np.ones((n, m), bool)
+        id_index = {k: i for i, k in enumerate(bank.ids)}
+        for j, o in enumerate(obs):
+            owners = [w for w in getattr(o, "found_for", [o.source.partition(":")[2]]) if w in id_index]
+            if owners:
+                provenance[:, j] = False
+                for w in owners:
+                    provenance[id_index[w], j] = True
         obs_emb = np.stack([o.embedding for o in obs]) if m else None
         assoc = associate(
             bank.embeddings,
@@ -265,6 +283,8 @@ def _evaluate_frame(bank: ReferenceBank, frame: np.ndarray, backend: Backend, co
             threshold=config.association_threshold,
             margin=config.ambiguity_margin,
             min_appearance=config.min_appearance,
+            provenance=provenance,
+            foreign_min_appearance=config.foreign_min_appearance,
         )
         visibility, appearance = [], []
         for i in range(n):
@@ -344,6 +364,22 @@ def _evaluate_frame(bank: ReferenceBank, frame: np.ndarray, backend: Backend, co
     return recs, objs
 
 
+def _projection_support(bank, i, frame, cam, matcher, pr) -> int:
+    """Number of the instance's I0 keypoints matched inside its projected box and landing where the camera predicts."""
+    H1, W1 = frame.shape[:2]
+    x, y, w, h = pr.box
+    pad = 0.15 * max(w, h)
+    m1 = np.zeros((H1, W1), bool)
+    m1[max(0, int(y - pad)) : int(y + h + pad) + 1, max(0, int(x - pad)) : int(x + w + pad) + 1] = True
+    corr = matcher.match(bank.image, frame, mask0=bank.masks[i], mask1=m1)
+    if len(corr.pts0) == 0:
+        return 0
+    pred, _ = cam.project(corr.pts0)
+    err = np.linalg.norm(pred - corr.pts1, axis=1)
+    tol = max(4.0, 0.1 * float(np.hypot(w, h)))
+    return int(np.sum(np.isfinite(err) & (err < tol)))
+
+
 def _mask_box(mask: np.ndarray):
     ys, xs = np.nonzero(mask)
     return (float(xs.min()), float(ys.min()), float(xs.max() - xs.min() + 1), float(ys.max() - ys.min() + 1))
@@ -381,7 +417,18 @@ def _confirm_extras(bank, obs, assoc, projs, visibility, appearance, cam: Camera
         conf = float(col[i_best])
         if conf < config.extra_min_similarity:
             continue
-        if appearance[i_best] is not None and conf < appearance[i_best] - config.extra_margin:
+        # A strong second find of an instance (a SIFT cluster of its own keypoints, or a near-perfect
+        # template correlation) is a copy of it even on another background; weaker finds must
+        # resemble the object nearly as much as its real match does.
+        strong = (
+            (o.source.startswith("features:") and o.score >= config.extra_feature_score)
+            or (o.source.startswith("template:") and o.score >= config.extra_template_score)
+        ) and getattr(o, "completeness", 0.0) >= 0.85
+        if (
+            not strong
+            and appearance[i_best] is not None
+            and conf < appearance[i_best] - config.extra_margin
+        ):
             continue
         area = float(o.mask.sum())
         if any(float((o.mask & obs[k].mask).sum()) / area > 0.2 for k in matched):
@@ -411,9 +458,12 @@ def _structure(bank, i, frame, ob, cam, backend, config, judge) -> tuple[float |
     cat = bank.categories[i]
     if backend.pose is not None and backend.pose.supports(cat):
         key = f"pose0:{bank.ids[i]}"
+        import inspect
+
+        kw = {"category": cat} if "category" in inspect.signature(backend.pose.keypoints).parameters else {}
         if key not in bank.cache:
-            bank.cache[key] = backend.pose.keypoints(bank.image, bank.boxes[i])
-        kp1 = backend.pose.keypoints(frame, ob.box)
+            bank.cache[key] = backend.pose.keypoints(bank.image, bank.boxes[i], **kw)
+        kp1 = backend.pose.keypoints(frame, ob.box, **kw)
         s = pose_structure(bank.cache[key], kp1, tau=config.pose_tau)
         if s is not None:
             return s, "pose"
@@ -566,8 +616,8 @@ def run_eval(
             judge_dict = asdict(judge)
         judge_public = {k: v for k, v in judge_dict.items() if k != "api_key"}
         judge_public["api_key_set"] = bool(judge_dict.get("api_key"))
+    # the model is not part of the hashed config: several models share one run folder
     run_config = {
-        "model": model,
         "backend": backend,
         "backend_options": backend_options,
         "eval": config.model_dump(),
@@ -579,7 +629,7 @@ def run_eval(
     old = runs.check_resume(run_dir, config_hash=chash, dataset_fingerprint=fingerprint, force=force)
     manifest = runs.base_manifest(
         "opis eval",
-        {**run_config, "dataset": str(dataset.resolve()), "rollouts": str(rollouts.resolve()), "device": device,
+        {**run_config, "model": model, "dataset": str(dataset.resolve()), "rollouts": str(rollouts.resolve()), "device": device,
          "workers": workers, "executor": executor, "judge": judge_public},
         (old or {}).get("backends", {}),
     )
@@ -642,9 +692,9 @@ def run_eval(
             for it in items:
                 on_result(it, evaluate_item(it))
         else:
-            res_kw = {}
-            if backend == "hf" and device == "cuda":
-                res_kw["resources"] = {"num_gpus": 1}
+            from worldeval.executor import default_resources
+
+            res_kw = {"resources": default_resources(backend, device)}
             run_items(evaluate_item, items, workers=workers, executor=executor, address=address,
                       on_result=on_result, progress=progress, **res_kw)
     consolidate(run_dir)

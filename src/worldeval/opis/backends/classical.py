@@ -200,7 +200,9 @@ class SearchSegmenter:
             seeds = [(o.score, o.box[0], o.box[1], o.box[2], o.box[3]) for o in cands]
             cands += self._template_route(bank, i, info, frame, small_frames, seeds)
             out.extend(_dedupe(cands))
-        return out
+        # searches for different instances often land on the same object; one observation per
+        # place is enough (association decides whose it is) and halves the embedding work
+        return _dedupe(out, iou=0.8)
 
     def _feature_route(self, bank, i, info, f0, f1, idx1, shape) -> list[Observation]:
         import cv2
@@ -233,15 +235,16 @@ class SearchSegmenter:
             mask = cv2.warpAffine(bank.masks[i].astype(np.uint8), M, (Ww, Hh), flags=cv2.INTER_NEAREST).astype(bool)
             if mask.sum() < 4:
                 continue
-            obs.append(
-                Observation(
-                    mask=mask,
-                    box=_mask_box(mask),
-                    category=None,
-                    score=float(n / (n + 10.0)),
-                    source=f"features:{bank.ids[i]}",
-                )
+            ob = Observation(
+                mask=mask,
+                box=_mask_box(mask),
+                category=None,
+                score=float(n / (n + 10.0)),
+                source=f"features:{bank.ids[i]}",
             )
+            # share of the warped instance that lands inside the frame (a copy must be whole to count as an extra)
+            ob.completeness = float(mask.sum()) / max(1.0, scale * scale * float(bank.masks[i].sum()))
+            obs.append(ob)
         return obs
 
     def _template_route(self, bank, i, info, frame, small_frames, seeds=()) -> list[Observation]:
@@ -289,9 +292,10 @@ class SearchSegmenter:
             mask = _place_mask(info["tmask"], box, (Hh, Ww))
             if mask.sum() < 4:
                 continue
-            obs.append(
-                Observation(mask=mask, box=_mask_box(mask), category=None, score=float(max(0.0, v)), source=f"template:{bank.ids[i]}")
-            )
+            ob = Observation(mask=mask, box=_mask_box(mask), category=None, score=float(max(0.0, v)), source=f"template:{bank.ids[i]}")
+            full = float(info["tmask"].sum()) * (bw * bh) / max(1.0, float(info["tmask"].size))
+            ob.completeness = float(mask.sum()) / max(1.0, full)
+            obs.append(ob)
         return obs
 
 
@@ -357,7 +361,14 @@ def _dedupe(cands: list[Observation], iou: float = 0.75) -> list[Observation]:
     kept: list[Observation] = []
     for k in order:
         c = cands[k]
-        if any(_box_iou(c.box, o.box) > iou for o in kept):
+        twin = next((o for o in kept if _box_iou(c.box, o.box) > iou), None)
+        if twin is not None:
+            # the kept observation was found by both searches; association must know (provenance)
+            found = list(getattr(twin, "found_for", [twin.source.partition(":")[2]]))
+            for f in getattr(c, "found_for", [c.source.partition(":")[2]]):
+                if f not in found:
+                    found.append(f)
+            twin.found_for = found
             continue
         kept.append(c)
     return kept

@@ -95,7 +95,12 @@ def associate(
     margin: float = 0.05,
     min_appearance: float = 0.2,
     distinct_iou: float = 0.3,
+    provenance: np.ndarray | None = None,
+    foreign_min_appearance: float = 0.5,
 ) -> Association:
+    """`provenance[i, j]` is true when observation j was found by searching for instance i (or by a
+    search that names no instance); an observation found for another instance needs the higher
+    `foreign_min_appearance` before it can be matched to i."""
     from scipy.optimize import linear_sum_assignment
 
     n, m = len(ref_categories), len(obs_categories)
@@ -112,6 +117,12 @@ def associate(
             s_e = sim[i, j]
             if not np.isfinite(s_e) or s_e < min_appearance:
                 continue
+            if provenance is not None and not provenance[i, j]:
+                # found while searching for someone else: it is ours only if it resembles us clearly,
+                # and more than it resembles the instance(s) it was found for
+                owners = sim[provenance[:, j], j]
+                if s_e < foreign_min_appearance or (len(owners) and s_e <= np.nanmax(owners)):
+                    continue
             if gates is not None and not gates[i, j]:
                 continue
             num, den = W_EMBED * max(0.0, float(s_e)), W_EMBED
