@@ -67,6 +67,7 @@ class RolloutResult:
     rows: pd.DataFrame
     frames: dict
     timings: dict[str, float]
+    masks: dict = field(default_factory=dict)  # (frame, instance_id) -> matched observation mask, when asked for
 
 
 @dataclass
@@ -154,7 +155,8 @@ def reference_for(case: Case, backend: Backend) -> ReferenceBank:
 
 
 def evaluate_rollout(
-    case: Case, video: str | Path, model: str, backend: Backend, config: EvalConfig | None = None, judge=None
+    case: Case, video: str | Path, model: str, backend: Backend, config: EvalConfig | None = None, judge=None,
+    keep_masks: bool = False,
 ) -> RolloutResult:
     from worldeval.media import MediaError, decode_frames, probe_video, sample_frame_indices
 
@@ -171,9 +173,10 @@ def evaluate_rollout(
         bank = reference_for(case, backend)
     rows: list[dict] = []
     frame_records: list[dict] = []
+    masks: dict = {}
     for fidx, frame in zip(sampled.indices, sampled.frames):
         t_s = fidx / info.fps
-        recs, objs = _evaluate_frame(bank, frame, backend, config, timer, judge)
+        recs, objs = _evaluate_frame(bank, frame, backend, config, timer, judge, masks if keep_masks else None, int(fidx))
         for r in recs:
             r["frame"] = int(fidx)
             r["time_s"] = float(t_s)
@@ -198,7 +201,7 @@ def evaluate_rollout(
         "height": int(sampled.frames[0].shape[0]),
         "frames": frame_records,
     }
-    return RolloutResult(rows=df, frames=frames, timings=dict(timer.t))
+    return RolloutResult(rows=df, frames=frames, timings=dict(timer.t), masks=masks)
 
 
 def _rows_frame(rows: list[dict], common: dict) -> pd.DataFrame:
@@ -221,7 +224,8 @@ def _box_list(b) -> list[float] | None:
     return None if b is None else [round(float(v), 2) for v in b]
 
 
-def _evaluate_frame(bank: ReferenceBank, frame: np.ndarray, backend: Backend, config: EvalConfig, timer: _Timer, judge):
+def _evaluate_frame(bank: ReferenceBank, frame: np.ndarray, backend: Backend, config: EvalConfig, timer: _Timer, judge,
+                    keep: dict | None = None, fidx: int = 0):
     shape = frame.shape[:2]
     n = len(bank)
     with timer("observation"):
@@ -329,6 +333,8 @@ def _evaluate_frame(bank: ReferenceBank, frame: np.ndarray, backend: Backend, co
         )
         if j is not None:
             status, box = "matched", obs[j].box
+            if keep is not None:
+                keep[(fidx, bank.ids[i])] = obs[j].mask
         elif assoc.ambiguous[i]:
             status, box = "ambiguous", None
         else:

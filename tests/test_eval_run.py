@@ -1,0 +1,152 @@
+"""run_eval: run folder layout, resume, and per-item errors (broken video, missing rollout, bad case, VLM timeout)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from worldeval.opis.case import write_case
+
+pytestmark = pytest.mark.slow
+
+
+def _scene(seed: int = 0, h: int = 144, w: int = 192):
+    """A textured background with one textured object (enough keypoints for SIFT on both)."""
+    rng = np.random.default_rng(seed)
+    import cv2
+
+    bg = cv2.GaussianBlur((rng.random((h, w, 3)) * 255).astype(np.uint8), (0, 0), 1.2)
+    img = bg.copy()
+    obj = np.zeros((h, w), bool)
+    obj[40:100, 60:120] = True
+    pat = (rng.random((60, 60, 3)) * 255).astype(np.uint8)
+    pat[..., 0] = np.maximum(pat[..., 0], 180)  # reddish object
+    img[40:100, 60:120] = cv2.GaussianBlur(pat, (0, 0), 0.8)
+    return img, obj
+
+
+def _case(root: Path, cid: str, track="static", claims=None, bad_mask=False):
+    img, obj = _scene()
+    inst = {"id": "thing", "category": "red box", "kinematics": "rigid" if track == "static" else "deformable", "track": track}
+    if claims:
+        inst["claims"] = claims
+    spec = {"id": cid, "domain": "synthetic", "subcategory": "tabletop", "image": "input.png", "instances": [inst]}
+    write_case(root / cid, spec, img, {"thing": obj})
+    if bad_mask:
+        data = json.loads((root / cid / "case.json").read_text())
+        data["instances"][0]["mask"]["size"] = [10, 10]
+        (root / cid / "case.json").write_text(json.dumps(data))
+    return img
+
+
+def _rollout(path: Path, img, n=30, fps=10):
+    from worldeval.media import write_video
+
+    write_video(path, [img] * n, fps)
+
+
+@pytest.fixture()
+def dataset(tmp_path):
+    ds, ro = tmp_path / "ds", tmp_path / "ro"
+    img = _case(ds, "good")
+    _case(ds, "badmask", bad_mask=True)
+    _case(ds, "broken")
+    _case(ds, "missing")
+    _rollout(ro / "good.mp4", img)
+    _rollout(ro / "badmask.mp4", img)
+    (ro / "broken.mp4").write_bytes(b"\x00\x00\x00\x18ftypmp42 this is not a video" * 10)
+    return ds, ro
+
+
+def test_errors_are_recorded_and_the_run_finishes(dataset, tmp_path):
+    from worldeval.opis.archive import read_archive
+    from worldeval.opis.evaluate import run_eval
+
+    ds, ro = dataset
+    out = tmp_path / "run"
+    summary = run_eval(ds, ro, "m1", out, workers=0)
+    assert summary["done"] == ["good"]
+    failed = {e["case_id"]: e for e in summary["failed"]}
+    assert set(failed) == {"badmask", "broken", "missing"}
+    assert failed["badmask"]["file"].endswith("case.json") and "mask" in failed["badmask"]["field"]
+    assert failed["broken"]["file"].endswith("broken.mp4")
+    assert failed["missing"]["field"] == "rollout"
+    for cid in ("badmask", "broken", "missing"):
+        st = json.loads((out / "status" / "m1" / f"{cid}.json").read_text())
+        assert st["status"] == "failed" and st["error"]["message"]
+    st = json.loads((out / "status" / "m1" / "good.json").read_text())
+    assert st["status"] == "done"
+    df = read_archive(out / "measurements" / "m1.parquet")
+    assert set(df.case_id) == {"good"}
+    # the untouched rollout of a static object: matched in every sampled frame (10, 18, 26); H.264 blurs the noise texture a little
+    assert list(df.frame) == [10, 18, 26] and df.matched.all() and (df.appearance > 0.85).all()
+    frames = json.loads((out / "frames" / "m1" / "good.json").read_text())
+    assert frames["frames"][0]["objects"][0]["status"] == "matched"
+    man = json.loads((out / "manifest.json").read_text())
+    for k in ("version", "git_revision", "config", "backends", "dataset_fingerprint", "timings", "config_hash"):
+        assert k in man
+    assert "classical" in man["backends"]
+
+    # resume: finished items are skipped, failed ones are redone (and now succeed once fixed)
+    _rollout(ro / "missing.mp4", _scene()[0])
+    again = run_eval(ds, ro, "m1", out, workers=0)
+    assert again["skipped"] == ["good"]
+    assert "missing" in again["done"]
+    assert {e["case_id"] for e in again["failed"]} == {"badmask", "broken"}
+    # a second model shares the run folder
+    third = run_eval(ds, ro, "m2", out, workers=0)
+    assert set(third["done"]) == {"good", "missing"}
+
+
+class _SilentServer:
+    """Accepts connections and never answers: a judge endpoint that times out."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.conns = []
+        self.stop = False
+        threading.Thread(target=self._loop, daemon=True).start()
+
+    def _loop(self):
+        self.sock.settimeout(0.2)
+        while not self.stop:
+            try:
+                c, _ = self.sock.accept()
+                self.conns.append(c)
+            except OSError:
+                continue
+
+    def close(self):
+        self.stop = True
+        for c in self.conns:
+            c.close()
+        self.sock.close()
+
+
+def test_vlm_timeout_is_an_item_error(tmp_path):
+    from worldeval.judge.client import JudgeConfig
+    from worldeval.opis.evaluate import run_eval
+
+    ds, ro = tmp_path / "ds", tmp_path / "ro"
+    img = _case(ds, "claimy", track="dynamic", claims=[{"family": "parts", "text": "the box has four corners"}])
+    _rollout(ro / "claimy.mp4", img)
+    srv = _SilentServer()
+    try:
+        judge = JudgeConfig(model="m", base_url=f"http://127.0.0.1:{srv.port}/v1", api_key="sk-secret-test",
+                            timeout_s=0.5, max_attempts=1)
+        summary = run_eval(ds, ro, "m1", tmp_path / "run", workers=0, judge=judge)
+    finally:
+        srv.close()
+    assert summary["done"] == []
+    (err,) = summary["failed"]
+    assert err["case_id"] == "claimy" and err["field"] == "structure.claims"
+    for p in (tmp_path / "run").rglob("*.json"):
+        assert "sk-secret-test" not in p.read_text()
