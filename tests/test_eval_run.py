@@ -150,3 +150,29 @@ def test_vlm_timeout_is_an_item_error(tmp_path):
     assert err["case_id"] == "claimy" and err["field"] == "structure.claims"
     for p in (tmp_path / "run").rglob("*.json"):
         assert "sk-secret-test" not in p.read_text()
+
+
+def test_cli_eval_runs_and_resumes(dataset, tmp_path):
+    from typer.testing import CliRunner
+
+    from worldeval.cli import app
+
+    ds, ro = dataset
+    out = tmp_path / "cli_run"
+    args = ["opis", "eval", "--dataset", str(ds), "--rollouts", str(ro), "--model", "m", "--out", str(out),
+            "--workers", "0", "--quiet", "--json"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.stdout)
+    assert summary["done"] == ["good"] and len(summary["failed"]) == 3
+    assert (out / "measurements" / "m.parquet").exists()
+    r2 = CliRunner().invoke(app, args)
+    assert json.loads(r2.stdout)["skipped"] == ["good"]
+    # a different config on the same folder is refused (resume guard)...
+    other = CliRunner().invoke(app, args + ["--backend-option", "nfeatures=500"])
+    assert other.exit_code == 2
+    # ...and a bad backend option fails every item with a message naming it
+    bad = CliRunner().invoke(app, [a if a != str(out) else str(tmp_path / "bad_run") for a in args] + ["--backend-option", "nfeatures=lots"])
+    assert bad.exit_code == 1
+    msgs = {e["case_id"]: e["message"] for e in json.loads(bad.stdout)["failed"]}
+    assert "nfeatures" in msgs["good"]

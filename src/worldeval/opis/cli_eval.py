@@ -1,9 +1,81 @@
-"""Command registration (placeholder until its owner fills it in)."""
+"""`worldeval opis eval`: evaluate a model's rollouts against an OPIS dataset."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Optional
 
 import typer
 
 
+def _parse_options(pairs: list[str]) -> dict:
+    out = {}
+    for p in pairs or []:
+        key, sep, value = p.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(f"--backend-option needs KEY=VALUE, got {p!r}")
+        out[key.strip()] = value
+    return out
+
+
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to `app`."""
+    @app.command("eval")
+    def eval_cmd(
+        dataset: Path = typer.Option(..., "--dataset", help="OPIS dataset folder (case folders, optional dataset.json)."),
+        rollouts: Path = typer.Option(..., "--rollouts", help="Folder of <case_id>.mp4 rollouts of one model."),
+        model: str = typer.Option(..., "--model", help="Model name recorded in the archive."),
+        out: Path = typer.Option(..., "--out", help="Run folder (created; rerunning resumes)."),
+        backend: str = typer.Option("classical", "--backend", help="Perception backend: classical or hf."),
+        device: str = typer.Option("cpu", "--device", help="cpu or cuda (hf backend)."),
+        workers: int = typer.Option(1, "--workers", help="Worker processes (0: in-process)."),
+        executor: str = typer.Option("local", "--executor", help="local (process pool) or ray."),
+        address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (with --executor ray)."),
+        backend_option: List[str] = typer.Option([], "--backend-option", help="Backend option KEY=VALUE (repeatable), e.g. sam3=/models/sam3."),
+        max_side: Optional[int] = typer.Option(None, "--max-side", help="Decode frames at most this large."),
+        base_url: Optional[str] = typer.Option(None, "--base-url", help="Judge endpoint for structural claims (OpenAI-compatible)."),
+        judge_model: Optional[str] = typer.Option(None, "--judge-model", help="Judge model for structural claims."),
+        api_key: Optional[str] = typer.Option(None, "--api-key", help="Judge API key (never written anywhere)."),
+        force: bool = typer.Option(False, "--force", help="Resume a run folder made with another config or dataset."),
+        quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+        as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    ) -> None:
+        """Evaluate rollouts: per sampled frame, Presence/Identity/Structure measurements into RUN_DIR."""
+        from worldeval.opis.case import CaseError
+        from worldeval.opis.evaluate import EvalConfig, run_eval
+        from worldeval.runs import ResumeError
+
+        if backend not in ("classical", "hf"):
+            raise typer.BadParameter(f"unknown backend {backend!r}; choose classical or hf", param_hint="--backend")
+        if executor not in ("local", "ray"):
+            raise typer.BadParameter(f"unknown executor {executor!r}; choose local or ray", param_hint="--executor")
+        judge = None
+        import os
+
+        if judge_model or base_url or os.environ.get("WORLDEVAL_JUDGE_MODEL"):
+            from worldeval.judge.client import JudgeConfig
+
+            try:
+                judge = JudgeConfig.resolve(base_url=base_url, model=judge_model, api_key=api_key)
+            except ValueError as exc:
+                raise typer.BadParameter(str(exc), param_hint="--judge-model") from exc
+        try:
+            summary = run_eval(
+                dataset, rollouts, model, out, backend=backend, device=device, workers=workers, executor=executor,
+                address=address, force=force, judge=judge, config=EvalConfig(max_side=max_side),
+                backend_options=_parse_options(backend_option), progress=None if quiet else True,
+            )
+        except (ResumeError, CaseError) as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from exc
+        if as_json:
+            typer.echo(json.dumps(summary, indent=2, default=str))
+        else:
+            typer.echo(
+                f"{model}: {len(summary['done'])} evaluated, {len(summary['skipped'])} already done, "
+                f"{len(summary['failed'])} failed -> {summary['run_dir']}"
+            )
+            for e in summary["failed"]:
+                typer.echo(f"  failed {e['case_id']}: {e.get('file')}: {e.get('field')}: {e.get('message')}", err=True)
+        if summary["failed"] and not summary["done"] and not summary["skipped"]:
+            raise typer.Exit(1)

@@ -374,20 +374,39 @@ def _dedupe(cands: list[Observation], iou: float = 0.75) -> list[Observation]:
     return kept
 
 
-def build_backend(device: str = "cpu", feature_max_side: int = 640, nfeatures: int = 2000, **options) -> Backend:
+_INT_OPTIONS = ("feature_max_side", "nfeatures", "template_side", "template_peaks", "feature_clusters", "min_inliers")
+
+
+def build_backend(device: str = "cpu", **options) -> Backend:
+    """The classical backend. Options (strings from the command line are converted):
+    feature_max_side, nfeatures, template_side, template_peaks, feature_clusters, min_inliers (int),
+    cnn_weight (float, share of the CNN part in the descriptor), scales (comma-separated floats)."""
     import cv2
     import torch
 
     if device not in ("cpu", None):
         raise ValueError(f"the classical backend runs on the CPU only (got device={device!r})")
-    matcher = SiftMatcher(feature_max_side=feature_max_side, nfeatures=nfeatures)
-    seg_opts = {k: options[k] for k in ("template_side", "scales", "template_peaks", "feature_clusters", "min_inliers") if k in options}
+    opts: dict = {}
+    for k, v in options.items():
+        try:
+            if k in _INT_OPTIONS:
+                opts[k] = int(v)
+            elif k == "cnn_weight":
+                opts[k] = float(v)
+            elif k == "scales":
+                opts[k] = tuple(float(x) for x in (v.split(",") if isinstance(v, str) else v))
+            else:
+                raise ValueError(f"unknown option (known: {', '.join(_INT_OPTIONS + ('cnn_weight', 'scales'))})")
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"classical backend option {k}={v!r}: {exc}") from exc
+    matcher = SiftMatcher(feature_max_side=opts.get("feature_max_side", 640), nfeatures=opts.get("nfeatures", 2000))
+    seg_opts = {k: opts[k] for k in ("template_side", "scales", "template_peaks", "feature_clusters", "min_inliers") if k in opts}
     return Backend(
         name="classical",
         segmenter=SearchSegmenter(matcher, **seg_opts),
-        embedder=EfficientNetColourEmbedder(cnn_weight=float(options.get("cnn_weight", 0.7))),
+        embedder=EfficientNetColourEmbedder(cnn_weight=opts.get("cnn_weight", 0.7)),
         matcher=matcher,
         depth=None,
         pose=None,
-        versions={"opencv": cv2.__version__, "torch": torch.__version__, "embedder": "efficientnet-lite0 (ImageNet)"},
+        versions={"opencv": cv2.__version__, "torch": torch.__version__, "embedder": "efficientnet-lite0 (ImageNet) + Lab histogram"},
     )
