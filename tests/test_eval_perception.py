@@ -1,0 +1,235 @@
+"""Unit tests of the evaluator's perception steps, against hand-computed values."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from worldeval.opis.backends.base import Keypoints
+from worldeval.opis.perception.association import W_CAT, W_EMBED, associate, category_similarity
+from worldeval.opis.perception.structure import ClaimJudgeError, claims_structure, pose_structure
+
+
+def _unit(v):
+    v = np.asarray(v, float)
+    return v / np.linalg.norm(v)
+
+
+# ----------------------------------------------------------------------------- association
+
+
+def test_association_one_to_one_threshold_and_renormalised_weights():
+    ref = np.stack([_unit([1, 0, 0]), _unit([0, 1, 0])])
+    obs = np.stack([_unit([1, 0.1, 0]), _unit([0.2, 1, 0]), _unit([0, 0, 1])])
+    boxes = [(0, 0, 10, 10), (50, 0, 10, 10), (100, 0, 10, 10)]
+    a = associate(ref, obs, ["mug", "cup"], [None, "cup", None], [{}, {}], [{}, {}, {}], None, boxes)
+    assert a.match == [0, 1]
+    s00 = float(ref[0] @ obs[0])
+    assert a.affinity[0, 0] == pytest.approx(s00)  # only embedding evidence: weight renormalised to 1
+    s11 = float(ref[1] @ obs[1])
+    assert a.affinity[1, 1] == pytest.approx((W_EMBED * s11 + W_CAT * 1.0) / (W_EMBED + W_CAT))
+    assert np.isnan(a.affinity[0, 2])  # cosine 0 < min_appearance: ineligible
+    assert a.ambiguous == [False, False]
+
+
+def test_category_agreement_alone_never_matches():
+    ref = np.stack([_unit([1, 0])])
+    obs = np.stack([_unit([0.1, 1])])  # cosine ~0.1 < min_appearance 0.2
+    a = associate(ref, obs, ["red mug"], ["red mug"], [{}], [{}], None, [(0, 0, 5, 5)])
+    assert a.match == [None]
+
+
+def test_below_threshold_is_null_and_close_competitors_are_ambiguous():
+    ref = np.stack([_unit([1, 0, 0])])
+    weak = np.stack([_unit([0.3, 1, 0])])  # cosine 0.287: eligible (>= 0.2) but below 0.35
+    assert associate(ref, weak, ["a"], [None], [{}], [{}], None, [(0, 0, 5, 5)]).match == [None]
+    two = np.stack([_unit([1, 0.30, 0]), _unit([1, 0.33, 0])])  # cosines 0.958 and 0.950: within 0.05
+    a = associate(ref, two, ["a"], [None, None], [{}], [{}, {}], None, [(0, 0, 5, 5), (40, 40, 5, 5)])
+    assert a.match == [None] and a.ambiguous == [True]
+    # the same two candidates on top of each other are one object, not a competitor
+    a = associate(ref, two, ["a"], [None, None], [{}], [{}, {}], None, [(0, 0, 5, 5), (0, 0, 5, 5)])
+    assert a.match[0] is not None and a.ambiguous == [False]
+
+
+def test_geometric_gate_and_provenance():
+    ref = np.stack([_unit([1, 0]), _unit([1, 0.05])])
+    obs = np.stack([_unit([1, 0.01])])
+    gates = np.array([[False], [True]])
+    a = associate(ref, obs, ["a", "b"], [None], [{}, {}], [{}], gates, [(0, 0, 5, 5)])
+    assert a.match == [None, 0]
+    # found by instance 0's search: instance 1 may take it only if it resembles 1 more than 0
+    prov = np.array([[True], [False]])
+    a = associate(ref, obs, ["a", "b"], [None], [{}, {}], [{}], None, [(0, 0, 5, 5)], provenance=prov)
+    assert a.match == [0, None]
+
+
+def test_category_similarity_head_noun():
+    assert category_similarity("red mug", "red mug") == 1.0
+    assert category_similarity("red mug", "blue mug") == pytest.approx(0.5 + 0.5 / 3)
+    assert category_similarity("mug", "plate") == 0.0
+    assert category_similarity(None, "mug") is None
+
+
+# ----------------------------------------------------------------------------- structure
+
+
+def test_pose_structure_equation_5_by_hand():
+    edges = [(0, 1), (1, 2), (2, 3)]
+    xy0 = np.array([[0, 0], [1, 0], [2, 0], [3, 0]], float)
+    conf = np.ones(4)
+    kp0 = Keypoints(xy0, conf, edges)
+    assert pose_structure(kp0, Keypoints(xy0 * 2.0, conf, edges)) == pytest.approx(1.0)  # uniform scale removed
+    xy1 = np.array([[0, 0], [2, 0], [4, 0], [8, 0]], float)  # lengths 2, 2, 4
+    expected = (2 + math.exp(-math.log(2) / 0.2)) / 3
+    assert pose_structure(kp0, Keypoints(xy1, conf, edges), tau=0.2) == pytest.approx(expected)
+    low = conf.copy()
+    low[3] = 0.1
+    assert pose_structure(kp0, Keypoints(xy1, low, edges)) is None  # only 2 visible segments
+
+
+class _FakeJudge:
+    def __init__(self, parsed=None, error=None):
+        self.parsed, self.error = parsed, error
+        self.calls = 0
+
+    def ask_json(self, content, **kw):
+        self.calls += 1
+        if self.error:
+            return SimpleNamespace(ok=False, error=self.error, attempts=2, parsed=None)
+        return SimpleNamespace(ok=True, error=None, attempts=1, parsed=kw["validator"](self.parsed))
+
+
+def test_claims_families_averaged_and_confidence_filtered():
+    C = SimpleNamespace
+    claims = [C(family="parts", text="a"), C(family="parts", text="b"), C(family="shape", text="c"), C(family="material", text="d")]
+    parsed = {"claims": [
+        {"verdict": "supported", "confidence": 0.9},
+        {"verdict": "contradicted", "confidence": 0.8},
+        {"verdict": "supported", "confidence": 0.5},  # below 0.7: not counted -> family 'shape' not evaluable
+        {"verdict": "supported", "confidence": 0.95},
+    ]}
+    img = np.zeros((8, 8, 3), np.uint8)
+    s, info = claims_structure(_FakeJudge(parsed), img, img, "toy", claims)
+    assert s == pytest.approx((0.5 + 1.0) / 2)
+    assert set(info["families"]) == {"parts", "material"}
+    with pytest.raises(ClaimJudgeError):
+        claims_structure(_FakeJudge(error="timeout"), img, img, "toy", claims)
+    many = [C(family="parts", text=str(k)) for k in range(20)]
+    parsed12 = {"claims": [{"verdict": "supported", "confidence": 1.0}] * 12}
+    assert claims_structure(_FakeJudge(parsed12), img, img, "toy", many)[0] == 1.0  # at most 12 claims asked
+
+
+# ----------------------------------------------------------------------------- camera, projection, static structure
+
+
+def _textured(h=240, w=320, seed=1):
+    import cv2
+
+    rng = np.random.default_rng(seed)
+    return cv2.GaussianBlur((rng.random((h, w, 3)) * 255).astype(np.uint8), (0, 0), 1.5)
+
+
+def _bank(img, mask, track="static"):
+    from worldeval.opis.case import Case, CaseSpec, mask_bbox
+    from worldeval.opis.perception.reference import build_reference
+
+    spec = CaseSpec(id="t", domain="d", subcategory="s", image="i.png", instances=[
+        {"id": "o", "category": "thing", "kinematics": "rigid", "track": track, "bbox": mask_bbox(mask)}])
+    return build_reference(Case(spec=spec, root=".", image=img, masks={"o": mask}))
+
+
+def test_camera_from_background_homography_and_static_structure():
+    import cv2
+
+    from worldeval.opis.backends.classical import SiftMatcher
+    from worldeval.opis.perception.camera import estimate_camera
+    from worldeval.opis.perception.projection import EXPECTED, OUT_OF_VIEW, project_instances
+    from worldeval.opis.perception.structure import static_structure
+
+    img = _textured()
+    mask = np.zeros(img.shape[:2], bool)
+    mask[80:160, 120:200] = True
+    bank = _bank(img, mask)
+    H = np.array([[1.0, 0.02, 12.0], [-0.01, 1.0, -6.0], [0, 0, 1]])
+    frame = cv2.warpPerspective(img, H, (320, 240), borderMode=cv2.BORDER_REFLECT)
+    m = SiftMatcher()
+    cam = estimate_camera(bank, frame, m)
+    assert cam.reliable and cam.kind == "homography"
+    corners = np.array([[20, 20], [300, 30], [150, 200]], float)
+    p, _ = cam.project(corners)
+    truth = cv2.perspectiveTransform(corners.reshape(-1, 1, 2), H).reshape(-1, 2)
+    assert np.abs(p - truth).max() < 1.5
+    (proj,) = project_instances(bank, cam, frame.shape[:2])
+    assert proj.state == EXPECTED
+    s, _ = static_structure(bank, 0, frame, proj.box, cam, m)
+    assert s is not None and s > 0.8
+    # squeeze the object horizontally to 80% of its width (centred) in the frame: structure must drop
+    sq = frame.copy()
+    x0, y0, w, h = (int(round(v)) for v in proj.box)
+    patch = frame[y0:y0 + h, x0:x0 + w]
+    w2 = int(w * 0.8)
+    off = (w - w2) // 2
+    sq[y0:y0 + h, x0 + off:x0 + off + w2] = cv2.resize(patch, (w2, h), interpolation=cv2.INTER_AREA)
+    s2, info = static_structure(bank, 0, sq, (x0 + off, y0, w2, h), cam, m)
+    assert s2 is not None and s2 < s - 0.1, (s, s2, info)
+    # a camera that moved the instance out of the frame
+    Hout = np.array([[1.0, 0, 250.0], [0, 1.0, 0], [0, 0, 1]])
+    far = SimpleNamespace(reliable=True, kind="homography", H=Hout, project=lambda q: (cv2.perspectiveTransform(q.reshape(-1, 1, 2), Hout).reshape(-1, 2), None))
+    (proj2,) = project_instances(bank, far, frame.shape[:2])
+    assert proj2.state == OUT_OF_VIEW
+
+
+def test_camera_unreliable_on_another_scene():
+    from worldeval.opis.backends.classical import SiftMatcher
+    from worldeval.opis.perception.camera import estimate_camera
+    from worldeval.opis.perception.projection import project_instances
+
+    img = _textured(seed=1)
+    mask = np.zeros(img.shape[:2], bool)
+    mask[80:160, 120:200] = True
+    bank = _bank(img, mask)
+    cam = estimate_camera(bank, _textured(seed=7), SiftMatcher())
+    assert not cam.reliable
+    assert project_instances(bank, cam, img.shape[:2]) == [None]  # static visibility unknown
+
+
+# ----------------------------------------------------------------------------- embedding
+
+
+def test_embedding_separates_objects_and_sees_colour():
+    import cv2
+
+    from opis_fixtures import APPLE, DAVIS, need
+    from worldeval.media import decode_frames, read_image
+    from worldeval.opis.case import mask_bbox
+    from worldeval.opis.perception.embedding import EfficientNetColourEmbedder
+
+    need(APPLE)
+    need(DAVIS)
+    from PIL import Image
+
+    f0 = decode_frames(APPLE / "apple.mp4", indices=[0]).frames[0]
+    am = np.asarray(Image.open(APPLE / "apple_mask.png")) > 127
+    hsv = cv2.cvtColor(f0, cv2.COLOR_RGB2HSV)
+    hsv[..., 0] = (hsv[..., 0].astype(int) + 60) % 180
+    recol = f0.copy()
+    recol[am] = cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB)[am]
+    small = cv2.resize(f0, None, fx=0.6, fy=0.6, interpolation=cv2.INTER_AREA)
+    sm = cv2.resize(am.astype(np.uint8), None, fx=0.6, fy=0.6, interpolation=cv2.INTER_NEAREST).astype(bool)
+    d = read_image(DAVIS / "frames" / "00000.jpg")
+    dm = np.zeros(d.shape[:2], bool)
+    dm[100:220, 500:600] = True
+    E = EfficientNetColourEmbedder()
+    ref = E.embed(f0, [am], [mask_bbox(am)])[0]
+    same = E.embed(small, [sm], [mask_bbox(sm)])[0]
+    rc = E.embed(recol, [am], [mask_bbox(am)])[0]
+    other = E.embed(d, [dm], [mask_bbox(dm)])[0]
+    floor = np.zeros_like(am)
+    floor[500:700, 900:1200] = True
+    fl = E.embed(f0, [floor], [mask_bbox(floor)])[0]
+    assert float(ref @ same) > 0.85
+    assert float(ref @ same) - float(ref @ rc) >= 0.10
+    assert float(ref @ other) < 0.35 and float(ref @ fl) < 0.35
