@@ -50,7 +50,7 @@ def _dataset_current(dataset: Path) -> bool:
         return False
 
 
-def run_demo(out: Path, bootstrap: int = 1000, seed: int = 0, workers: int = 1, quiet: bool = False,
+def run_demo(out: Path, bootstrap: int = 1000, seed: int = 0, workers: int = 0, quiet: bool = False,
              models: tuple[str, ...] = DEMO_MODELS, console=None) -> dict[str, Any]:
     """Run the demo into `out`; returns the summary printed by `--json`."""
     from rich.console import Console
@@ -75,6 +75,12 @@ def run_demo(out: Path, bootstrap: int = 1000, seed: int = 0, workers: int = 1, 
 
     t0 = time.monotonic()
     if not _dataset_current(dataset):
+        import shutil
+
+        # Rollouts and runs of an older demo dataset would be silently reused by resume: start clean.
+        for stale in (dataset, out / "rollouts", out / "runs"):
+            if stale.exists():
+                shutil.rmtree(stale)
         with progress() as bar:
             task = bar.add_task("annotating demo cases", total=n_cases)
             build_demo_dataset(dataset, on_case=lambda cid: bar.advance(task))
@@ -102,13 +108,16 @@ def run_demo(out: Path, bootstrap: int = 1000, seed: int = 0, workers: int = 1, 
     runs = out / "runs"
     eval_summaries = {}
     with progress() as bar:
-        task = bar.add_task("evaluating (classical)", total=len(models))
-        for name in models:
-            bar.update(task, description=f"evaluating {name}")
+        task = bar.add_task("evaluating (classical)", total=n_cases * len(models))
+        for k, name in enumerate(models):
+            bar.update(task, description=f"evaluating {name}", completed=k * n_cases)
+
+            def step(done: int, total: int, _base: int = k * n_cases) -> None:
+                bar.update(task, completed=_base + done)
+
             eval_summaries[name] = run_eval(dataset, rollouts / name, name, runs / name, backend="classical",
-                                            device="cpu", workers=workers)
-            bar.advance(task)
-        bar.update(task, description="evaluating (classical)")
+                                            device="cpu", workers=workers, progress=step)
+        bar.update(task, description="evaluating (classical)", completed=n_cases * len(models))
     timings["evaluate"] = time.monotonic() - t0
 
     t0 = time.monotonic()
@@ -182,17 +191,17 @@ def print_leaderboard(summary: dict, console) -> None:
     from rich.table import Table
 
     def f(x: Any) -> str:
-        return "-" if x is None else f"{x:.2f}"
+        return "-" if x is None else f"{x:.1f}"
 
-    t = Table(title="worldeval demo: OPIS leaderboard (classical backend, reference models)")
-    t.add_column("#", justify="right")
-    t.add_column("Model")
-    for c in ("P", "I", "S", "C_S (%)", "OPIS", "95% CI"):
-        t.add_column(c, justify="right")
+    t = Table(title="worldeval demo: OPIS leaderboard (classical backend)")
+    t.add_column("#", justify="right", no_wrap=True)
+    t.add_column("Model", no_wrap=True)
+    for c in ("P", "I", "S", "C_S%", "OPIS", "95% CI"):
+        t.add_column(c, justify="right", no_wrap=True)
     for k, r in enumerate(summary["leaderboard"], 1):
         ci = r["OPIS_ci"]
         t.add_row(str(k), r["model"], f(r["P"]), f(r["I"]), f(r["S"]), f(r["C_S"]), f(r["OPIS"]),
-                  f"[{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "-")
+                  f"{ci[0]:.1f}-{ci[1]:.1f}" if ci else "-")
     console.print(t)
     mark = "[green]ok[/green]" if summary["ranking_ok"] else "[red]UNEXPECTED[/red]"
     console.print(f"ranking check: {mark} ({summary['ranking']})")
@@ -201,15 +210,16 @@ def print_leaderboard(summary: dict, console) -> None:
     else:
         console.print(f"report: not written ({summary['report_note']})")
     s = summary["seconds"]
-    console.print(f"time: {s['total']:.1f} s (dataset {s['dataset']:.1f}, rollouts {s['rollouts']:.1f}, "
-                  f"evaluate {s['evaluate']:.1f}, score {s['score']:.1f}, report {s['report']:.1f})")
+    console.print(f"time: {s['total']:.0f} s (dataset {s['dataset']:.0f}, rollouts {s['rollouts']:.0f}, "
+                  f"eval {s['evaluate']:.0f}, score {s['score']:.0f}, report {s['report']:.0f})")
 
 
 def _demo(
     out: Path = typer.Option(Path("worldeval-demo"), "--out", help="Folder for the dataset, rollouts, runs and report."),
     bootstrap: int = typer.Option(1000, "--bootstrap", help="Bootstrap replicates for the CIs (0 = none)."),
     seed: int = typer.Option(0, "--seed", help="Seed of rollouts and bootstrap."),
-    workers: int = typer.Option(1, "--workers", help="Evaluation worker processes."),
+    workers: int = typer.Option(
+        0, "--workers", help="Evaluation worker processes (0: in this process, sharing one loaded backend)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars; only the leaderboard."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON (no tables or progress)."),
 ) -> None:
