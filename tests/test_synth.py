@@ -259,3 +259,26 @@ def test_synthesize_case_writes_consistent_rollouts(tmp_path):
     assert case.image[case.masks["disc"]][:, 0].mean() > 170
     gt = rec["ground_truth"]
     assert len(gt["target_in_view_share"]) == 25 and gt["target_in_view_share"][0] == 1.0
+
+
+def test_container_with_annotated_contents_is_not_a_target(tmp_path):
+    img, masks = _scene()
+    yy, xx = np.mgrid[0:H_IMG, 0:W_IMG]
+    # a tray around the red disc: its box holds the whole disc
+    tray = ((np.abs(xx - 150) <= 45) & (np.abs(yy - 110) <= 40)) & ~masks["disc"]
+    img[tray] = [90, 160, 60]
+    masks = {"tray": tray, **masks}
+    spec = {
+        "id": "tray", "domain": "test", "subcategory": "synthetic", "image": "input.png",
+        "instances": [
+            {"id": "tray", "category": "tray", "kinematics": "rigid", "track": "static"},
+            {"id": "disc", "category": "red disc", "kinematics": "rigid", "track": "static"},
+            {"id": "square", "category": "blue box", "kinematics": "rigid", "track": "static"},
+            {"id": "person", "category": "person", "kinematics": "articulated", "track": "dynamic"},
+        ],
+    }
+    write_case(tmp_path / "tray", spec, img, masks)
+    case = load_case(tmp_path / "tray")
+    t = choose_target(case, SynthConfig())
+    assert t["rejected"]["tray"] == "holds other instances (disc)"
+    assert t["instance_id"] != "tray"

@@ -36,6 +36,8 @@ import numpy as np
 from worldeval.media import sample_frame_indices, write_video
 from worldeval.opis.case import Case, rotation_from_angles
 
+# Bump when a change alters the rendered clips or the target choice, so resumed runs re-render.
+SYNTH_VERSION = 2
 INTERVENTIONS = ("faithful", "removed", "recoloured", "squeezed", "duplicated", "other_scene")
 # share of a mask's pixels that must project inside the frame for it to count as in view
 IN_VIEW_SHARE = 0.75
@@ -277,6 +279,19 @@ def _saturation(image: np.ndarray, mask: np.ndarray) -> float:
     return float(np.median(hsv[..., 1][mask]) / 255.0)
 
 
+def _contained(case: Case, target_id: str) -> list[str]:
+    """Instances lying entirely inside the target's box."""
+    x, y, w, h = _box(case.masks[target_id])
+    out = []
+    for iid, m in case.masks.items():
+        if iid == target_id:
+            continue
+        bx, by, bw, bh = _box(m)
+        if bx >= x and by >= y and bx + bw <= x + w and by + bh <= y + h:
+            out.append(iid)
+    return out
+
+
 def _duplicate_spot(case: Case, target_id: str, seen: np.ndarray, cfg: SynthConfig) -> dict | None:
     """A place for the target's copy: clear background first, else on a large supporting surface."""
     target = case.masks[target_id]
@@ -337,6 +352,10 @@ def choose_target(case: Case, cfg: SynthConfig) -> dict:
             why = f"fills {m.sum() / (w * h):.2f} of its box"
         elif np.mean([in_view_share(m, H) >= IN_VIEW_SHARE for H in Hs]) < cfg.min_in_view_frames:
             why = "out of view in most sampled frames"
+        elif inner := _contained(case, inst.id):
+            # a container (bowl, box) with annotated contents: removing or squeezing it would leave its
+            # contents floating in place, which is not a clean single-object edit
+            why = f"holds other instances ({', '.join(inner)})"
         if why is None:
             spot = _duplicate_spot(case, inst.id, seen, cfg)
             if spot is None:

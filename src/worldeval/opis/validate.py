@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from worldeval.opis.case import CaseError, iter_case_dirs, load_case
-from worldeval.opis.synth import INTERVENTIONS, PanTrajectory, SynthConfig, synthesize_case
+from worldeval.opis.synth import INTERVENTIONS, SYNTH_VERSION, SynthConfig, synthesize_case
 from worldeval.runs import atomic_write_json
 
 CHECKS = ("faithful", "removed", "recoloured", "squeezed", "duplicated", "other_scene")
@@ -58,7 +58,8 @@ class ValidateConfig:
     force: bool = False
 
     def synth_hash(self) -> str:
-        return hashlib.sha256(json.dumps(asdict(self.synth), sort_keys=True).encode()).hexdigest()[:16]
+        key = {"version": SYNTH_VERSION, "synth": asdict(self.synth)}
+        return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
 # ---------------------------------------------------------------- synthesis step
@@ -93,6 +94,10 @@ def synthesize_dataset(
         # The "other scene" is the next case's photo (cyclic), so it is a real scene, never a blank.
         other = cases[(k + 1) % len(cases)] if len(cases) > 1 else None
         t0 = time.perf_counter()
+        # New clips under old names: the evaluator's resume would keep measurements of the old clips,
+        # so this case's status records are dropped and `opis eval` redoes it.
+        for st in (out / "runs").glob(f"*/status/*/{case.id}.json"):
+            st.unlink()
         rec = synthesize_case(case, out / "rollouts", other=other, cfg=cfg.synth)
         rec.pop("_images", None)
         rec["synth_hash"] = h
