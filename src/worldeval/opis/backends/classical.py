@@ -151,8 +151,8 @@ class SearchSegmenter:
     def __init__(
         self,
         matcher: SiftMatcher,
-        template_side: int = 40,
-        scales: tuple[float, ...] = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.15, 1.3),
+        template_side: int = 32,
+        scales: tuple[float, ...] = (0.5, 0.62, 0.75, 0.88, 1.0, 1.15, 1.3),
         template_peaks: int = 2,
         feature_clusters: int = 2,
         min_inliers: int = 5,
@@ -275,7 +275,7 @@ class SearchSegmenter:
                 found.append((v, px / fk, py / fk, w * s, h * s))
         found.sort(key=lambda r: -r[0])
         # feature-route boxes are refined too: their similarity transform is often a little off
-        found = [self._refine(info, frame, r) for r in list(seeds) + found[: 2 * self.template_peaks + 2]]
+        found = [self._refine(info, frame, r) for r in list(seeds) + _spread(found, self.template_peaks + 1)]
         found.sort(key=lambda r: -r[0])
         obs = []
         kept_boxes = []
@@ -299,7 +299,7 @@ class SearchSegmenter:
         return obs
 
 
-    def _refine(self, info, frame, cand, side: int = 96):
+    def _refine(self, info, frame, cand, side: int = 64):
         """Re-locate a coarse template peak at twice the resolution, in a window around it, over nearby scales."""
         import cv2
 
@@ -329,6 +329,18 @@ class SearchSegmenter:
             if v > best[0] or best is cand:
                 best = (float(v), x0 + px / f, y0 + py / f, bw * s, bh * s)
         return best
+
+
+def _spread(found: list, k: int) -> list:
+    """The best k coarse peaks that are not the same place at another scale."""
+    out: list = []
+    for r in found:
+        if len(out) >= k:
+            break
+        if any(_box_iou(r[1:], o[1:]) > 0.3 for o in out):
+            continue
+        out.append(r)
+    return out
 
 
 def _place_mask(tmask: np.ndarray, box, shape) -> np.ndarray:

@@ -21,7 +21,7 @@ import threading
 
 import numpy as np
 
-CNN_INPUT = 160  # crop side fed to the network; its feature map is 5 x 5
+CNN_INPUT = 128  # crop side fed to the network; its feature map is 4 x 4
 CONTEXT = 0.15  # share of the box added on each side so the CNN sees the object's outline
 CNN_WEIGHT = 0.7
 _LAB_BINS = (4, 8, 8)  # L, a, b
