@@ -174,3 +174,22 @@ def test_bad_arguments():
         run_items(square, [1], executor="dask")
     with pytest.raises(ValueError, match="in-process"):
         run_items(square, [1], executor="ray", workers=0)
+
+
+def test_workers_that_die_at_start_up_stop_the_run_with_a_clear_message(tmp_path):
+    # a script without a __main__ guard: with spawn, every worker re-runs it and dies before any item
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "import sys\n"
+        "from worldeval.executor import run_items\n"
+        "import operator\n"
+        "if __name__ != '__main__':\n"
+        "    raise SystemExit(3)\n"
+        "run_items(operator.neg, [1, 2, 3], workers=2)\n"
+    )
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    assert "WorkerStartError" in out.stderr and "__main__" in out.stderr

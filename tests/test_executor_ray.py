@@ -21,23 +21,29 @@ from worldeval.executor import ItemError, WorkerCrashed, run_items  # noqa: E402
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
-@pytest.fixture(scope="session")
-def local_ray():
-    """One loopback cluster for the whole session (other test modules import this fixture)."""
+def start_local_ray() -> bool:
+    """Start a loopback cluster unless one is up; True when this call started it."""
     if ray.is_initialized():
-        yield
-        return
+        return False
     ray.init(
         address="local",
         num_cpus=4,  # logical CPUs: room for 4 one-CPU workers on a 2-core machine
         include_dashboard=False,
         _node_ip_address="127.0.0.1",
         logging_level="WARNING",
-        # the actors must import this test module to unpickle the functions by reference
+        # the actors must import the test modules to unpickle functions by reference
         runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}},
     )
+    return True
+
+
+@pytest.fixture(scope="session")
+def local_ray():
+    """One loopback cluster for the whole session (tests/test_faults_opis.py uses it too)."""
+    owner = start_local_ray()
     yield
-    ray.shutdown()
+    if owner:
+        ray.shutdown()
 
 
 def _collect(fn, items, **kw):

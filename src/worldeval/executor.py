@@ -104,6 +104,10 @@ class ItemError(Exception):
         return {"file": self.file, "field": self.field, "message": self.message, "type": self.kind}
 
 
+class WorkerStartError(RuntimeError):
+    """Worker processes die before running any item: a set-up problem, not a problem of the items."""
+
+
 class WorkerCrashed(ItemError):
     """The worker process running this item died (signal, OOM killer, hard crash)."""
 
@@ -175,12 +179,20 @@ def _set_threads(threads: int | None) -> None:
             pass
 
 
-def _init_worker(threads: int | None) -> None:
+_STARTED = None  # shared counter of items begun in this pool (set in pool workers only)
+
+
+def _init_worker(threads: int | None, started=None) -> None:
+    global _STARTED
+    _STARTED = started
     _set_threads(threads)
 
 
 def _invoke(fn: Callable[[Any], Any], item: Any) -> tuple[str, Any, float]:
     """Run fn(item) in a worker; never raises for an item-level failure."""
+    if _STARTED is not None:
+        with _STARTED.get_lock():
+            _STARTED.value += 1
     t0 = time.perf_counter()
     try:
         out = fn(item)
@@ -330,14 +342,19 @@ def run_items(
 def _run_local(fn, items, workers, threads, crash_retries, start_method, deliver, summary) -> None:
     method = start_method or os.environ.get("WORLDEVAL_START_METHOD") or "spawn"
     ctx = mp.get_context(method)
+    started = ctx.Value("i", 0)
 
     def new_pool() -> ProcessPoolExecutor:
-        return ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker, initargs=(threads,))
+        started.value = 0
+        return ProcessPoolExecutor(
+            max_workers=workers, mp_context=ctx, initializer=_init_worker, initargs=(threads, started)
+        )
 
     queue = deque(range(len(items)))
     suspects: deque[int] = deque()  # items that were in flight when a worker died
     strikes: Counter[int] = Counter()
     inflight: dict = {}
+    start_failures = 0
     pool = new_pool()
     try:
         while queue or suspects or inflight:
@@ -363,8 +380,23 @@ def _run_local(fn, items, workers, threads, crash_retries, start_method, deliver
                 for fut, i in list(inflight.items()):
                     _collect(fut, i, deliver, crashed)
                 inflight.clear()
+            exitcodes = _exitcodes(pool)
             pool.shutdown(wait=True, cancel_futures=True)
             summary.pool_restarts += 1
+            if started.value == 0:
+                # No worker of this pool got as far as an item: the items are not to blame.
+                start_failures += 1
+                if start_failures >= 2:
+                    raise WorkerStartError(
+                        f"worker processes exit before running any item (exit codes {exitcodes}). With the "
+                        f"'{method}' start method each worker re-imports the main module: a script that calls "
+                        "run_items/run_eval must do so under `if __name__ == '__main__':`, and the function and "
+                        "items must be importable/picklable. workers=0 runs in-process to debug this."
+                    )
+                queue.extendleft(sorted(crashed, reverse=True))
+                pool = new_pool()
+                continue
+            start_failures = 0
             pool = new_pool()
             alone = len(crashed) == 1
             for i in sorted(crashed):
@@ -375,7 +407,7 @@ def _run_local(fn, items, workers, threads, crash_retries, start_method, deliver
                         i,
                         "error",
                         WorkerCrashed(
-                            f"worker process died while running this item ({where}); "
+                            f"worker process died while running this item ({where}; exit codes {exitcodes}); "
                             f"tried {strikes[i]} time(s); rerun to retry"
                         ),
                     )
@@ -385,6 +417,14 @@ def _run_local(fn, items, workers, threads, crash_retries, start_method, deliver
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
+
+
+def _exitcodes(pool) -> list:
+    """Exit codes of the pool's processes (-9: SIGKILL, e.g. the OOM killer); best effort, private API."""
+    try:
+        return sorted({p.exitcode for p in list(getattr(pool, "_processes", {}).values())}, key=str)
+    except Exception:
+        return []
 
 
 def _collect(fut, i: int, deliver, crashed: list[int]) -> None:
