@@ -1,0 +1,202 @@
+"""`opis annotate`: GrabCut masks against independently made reference masks, dedup, determinism, CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import ndimage as ndi
+
+from worldeval.opis.annotate import (
+    AnnotateError,
+    AnnotateSpec,
+    ObjectPrompt,
+    annotate,
+    camera_preset,
+    grabcut_mask,
+    load_spec_file,
+    mask_iou,
+    parse_object_option,
+    remove_duplicates,
+)
+from worldeval.opis.case import load_case
+
+
+@pytest.fixture(scope="module")
+def coins():
+    """scikit-image's `coins` photo and reference coin masks made by a different method.
+
+    Reference method (independent of GrabCut): a watershed of the Sobel gradient
+    magnitude, seeded with sure background (grey < 30) and sure coin (grey > 150)
+    markers, holes filled, connected components labelled. Components under 300
+    pixels are specks, not coins.
+    """
+    import skimage.data as data
+    from skimage.filters import sobel
+    from skimage.segmentation import watershed
+
+    gray = data.coins()
+    markers = np.zeros_like(gray, dtype=np.int32)
+    markers[gray < 30] = 1
+    markers[gray > 150] = 2
+    coin = ndi.binary_fill_holes(watershed(sobel(gray), markers) == 2)
+    labels, n = ndi.label(coin)
+    refs = [labels == i for i in range(1, n + 1) if (labels == i).sum() >= 300]
+    return np.stack([gray] * 3, axis=-1), refs
+
+
+def _box(mask: np.ndarray, pad: int = 3) -> list[float]:
+    ys, xs = np.nonzero(mask)
+    return [float(xs.min() - pad), float(ys.min() - pad), float(xs.max() - xs.min() + 1 + 2 * pad),
+            float(ys.max() - ys.min() + 1 + 2 * pad)]
+
+
+def test_box_prompts_match_reference_masks(coins):
+    image, refs = coins
+    assert len(refs) == 24  # the photo's 24 coins
+    ious = [mask_iou(grabcut_mask(image, _box(m)), m) for m in refs[::2]]
+    assert min(ious) >= 0.8, ious
+    assert np.mean(ious) >= 0.95
+
+
+def test_annotate_writes_a_loadable_case_with_reference_quality_masks(coins, tmp_path):
+    image, refs = coins
+    chosen = refs[:6]
+    spec = AnnotateSpec(objects=[ObjectPrompt(phrase="coin", box=_box(m)) for m in chosen], case_id="coins",
+                        subcategory="tabletop", duration_s=4, fps=12, embeddings=False)
+    annotate(image, spec, tmp_path / "coins")
+    case = load_case(tmp_path / "coins")
+    assert [i.category for i in case.instances] == ["coin"] * 6
+    assert all(i.track == "static" and i.kinematics == "rigid" for i in case.instances)
+    for inst, ref in zip(case.instances, chosen):
+        assert mask_iou(case.masks[inst.id], ref) >= 0.8
+    assert case.geometry is not None and np.all(case.geometry.depth == 1.0)  # flat fallback
+    raw = json.loads((tmp_path / "coins" / "case.json").read_text())
+    assert raw["annotation"]["geometry"] == "flat"
+    assert case.spec.camera().duration_s == 4
+
+
+def test_point_prompt_finds_an_isolated_coin(coins):
+    image, refs = coins
+    m = refs[0]
+    ys, xs = np.nonzero(m)
+    got = grabcut_mask(image, point=[float(xs.mean()), float(ys.mean())])
+    assert mask_iou(got, m) >= 0.8
+
+
+def test_duplicate_prompts_are_removed_by_mask_iou(coins, tmp_path):
+    image, refs = coins
+    m0, m1 = refs[0], refs[1]
+    prompts = [ObjectPrompt("coin", box=_box(m0)), ObjectPrompt("round coin", box=_box(m0, pad=5)),
+               ObjectPrompt("coin", box=_box(m1))]
+    annotate(image, AnnotateSpec(objects=prompts, embeddings=False), tmp_path / "c")
+    raw = json.loads((tmp_path / "c" / "case.json").read_text())
+    assert [i["category"] for i in raw["instances"]] == ["coin", "coin"]
+    assert raw["annotation"]["dropped_duplicates"][0]["prompt"] == 1
+    assert raw["annotation"]["dropped_duplicates"][0]["iou"] >= 0.8
+    # the helper on hand-made masks
+    a = np.zeros((10, 10), bool)
+    a[2:8, 2:8] = True
+    b = a.copy()
+    b[2, 2] = False
+    keep, dropped = remove_duplicates([a, b, ~a], 0.9)
+    assert keep == [0, 2] and dropped[0][:2] == (1, 0)
+
+
+def test_same_inputs_give_the_same_case(coins, tmp_path):
+    image, refs = coins
+    spec = lambda: AnnotateSpec(objects=[ObjectPrompt("coin", box=_box(m)) for m in refs[:3]],  # noqa: E731
+                                camera="tilt-up-return", embeddings=False)
+    annotate(image, spec(), tmp_path / "a")
+    annotate(image, spec(), tmp_path / "b")
+    assert (tmp_path / "a" / "case.json").read_bytes() == (tmp_path / "b" / "case.json").read_bytes()
+    assert (tmp_path / "a" / "input.png").read_bytes() == (tmp_path / "b" / "input.png").read_bytes()
+
+
+def test_overlapping_masks_are_made_exclusive(tmp_path):
+    import skimage.data as data
+
+    img = data.coffee()
+    prompts = [ObjectPrompt("saucer", box=[75, 70, 405, 320]), ObjectPrompt("espresso cup", box=[172, 18, 238, 290])]
+    annotate(img, AnnotateSpec(objects=prompts, max_side=300, embeddings=False), tmp_path / "cof")
+    case = load_case(tmp_path / "cof")
+    saucer, cup = case.masks["obj_001"], case.masks["obj_002"]
+    assert not np.any(saucer & cup)
+    assert cup.sum() > 2000 and saucer.sum() > cup.sum()  # scaled to 300 px wide
+
+
+def test_depth_file_and_camera_presets(tmp_path):
+    depth = np.linspace(1, 3, 20 * 30, dtype=np.float32).reshape(20, 30)
+    np.save(tmp_path / "d.npy", depth)
+    img = np.zeros((40, 60, 3), np.uint8)
+    img[10:30, 20:40] = (200, 30, 30)
+    spec = AnnotateSpec(objects=[ObjectPrompt("red square", box=[16, 6, 28, 28])], depth=str(tmp_path / "d.npy"),
+                        camera="truck-right-return", camera_amount=0.1, embeddings=False)
+    annotate(img, spec, tmp_path / "sq")
+    case = load_case(tmp_path / "sq")
+    assert case.geometry.depth.shape == (40, 60)
+    assert case.geometry.depth.min() == pytest.approx(1.0) and case.geometry.depth.max() == pytest.approx(3.0)
+    assert mask_iou(case.masks["obj_001"], np.pad(np.ones((20, 20), bool), ((10, 10), (20, 20)))) >= 0.9
+    cam = case.spec.camera()
+    assert cam.pose_at(cam.duration_s / 2).translation == pytest.approx([0.1, 0, 0])
+    assert cam.pose_at(cam.duration_s).translation == pytest.approx([0, 0, 0])
+    assert camera_preset("pan-left-return", None, 4, 12).pose_at(2).yaw_deg == pytest.approx(-10)
+
+
+def test_bad_inputs_name_the_file_and_field(tmp_path):
+    with pytest.raises(AnnotateError, match="expected 4 numbers"):
+        parse_object_option("cup:1,2,3")
+    assert parse_object_option("red mug:1,2,30,40").box == [1, 2, 30, 40]
+    p = tmp_path / "spec.json"
+    p.write_text(json.dumps({"image": "x.png", "objects": [{"phrase": "cup", "box": [0, 0, 5, 5], "kinematics": "wobbly"}]}))
+    with pytest.raises(AnnotateError) as e:
+        load_spec_file(p)
+    assert e.value.file == str(p) and e.value.field == "objects[0].kinematics"
+    p.write_text(json.dumps({"objects": [], "colour": "red"}))
+    with pytest.raises(AnnotateError, match="colour"):
+        load_spec_file(p)
+    with pytest.raises(AnnotateError, match="no VLM judge"):
+        annotate(np.zeros((20, 20, 3), np.uint8), AnnotateSpec(objects=[]), tmp_path / "none")
+
+
+def test_cli_annotate_with_a_spec_file(tmp_path):
+    from PIL import Image
+    from typer.testing import CliRunner
+
+    from worldeval.cli import app
+
+    img = np.full((60, 80, 3), 235, np.uint8)
+    img[15:45, 10:35] = (30, 160, 40)
+    img[20:40, 50:70] = (40, 40, 200)
+    Image.fromarray(img).save(tmp_path / "scene.png")
+    (tmp_path / "spec.json").write_text(json.dumps({
+        "image": "scene.png", "id": "two_blocks", "subcategory": "toy_table", "camera": "pan-right-return",
+        "objects": [{"phrase": "green block", "box": [7, 12, 31, 36]}]}))
+    res = CliRunner().invoke(app, ["opis", "annotate", "--spec", str(tmp_path / "spec.json"), "--out",
+                                   str(tmp_path / "case"), "--object", "blue block:47,17,26,26",
+                                   "--kinematics", "2=deformable", "--no-embeddings", "--json"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.output)
+    assert summary["id"] == "two_blocks"
+    assert [(i["category"], i["kinematics"], i["track"]) for i in summary["instances"]] == [
+        ("green block", "rigid", "static"), ("blue block", "deformable", "dynamic")]
+    assert summary["instances"][1]["bbox"] == [50.0, 20.0, 20.0, 20.0]
+    bad = CliRunner().invoke(app, ["opis", "annotate", str(tmp_path / "missing.png"), "--out", str(tmp_path / "x"),
+                                   "--object", "a:1,1,5,5"])
+    assert bad.exit_code == 2 and "missing.png" in bad.output
+
+
+@pytest.mark.slow
+def test_reference_embeddings_with_the_evaluators_embedder(coins, tmp_path):
+    pytest.importorskip("worldeval.opis.evaluate")
+    image, refs = coins
+    spec = AnnotateSpec(objects=[ObjectPrompt("coin", box=_box(m)) for m in refs[:2]], embeddings=True)
+    annotate(image, spec, tmp_path / "e")
+    raw = json.loads((tmp_path / "e" / "case.json").read_text())
+    if "reference_embeddings" not in raw:
+        pytest.skip("the evaluator's embedder did not load here")
+    emb = np.load(tmp_path / "e" / raw["reference_embeddings"]["file"])
+    assert emb.shape[0] == 2 and raw["reference_embeddings"]["order"] == ["obj_001", "obj_002"]
+    assert np.allclose(np.linalg.norm(emb, axis=1), 1.0, atol=1e-3)
