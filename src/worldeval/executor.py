@@ -342,6 +342,12 @@ def run_items(
 def _run_local(fn, items, workers, threads, crash_retries, start_method, deliver, summary) -> None:
     method = start_method or os.environ.get("WORLDEVAL_START_METHOD") or "spawn"
     ctx = mp.get_context(method)
+    if method == "forkserver":
+        # Import the work's module once in the fork server; workers are then forked from it
+        # instead of each importing torch & co. (only effective before the server first starts).
+        mod = getattr(fn, "__module__", None)
+        if mod and mod != "__main__":
+            ctx.set_forkserver_preload([mod])
     started = ctx.Value("i", 0)
 
     def new_pool() -> ProcessPoolExecutor:
