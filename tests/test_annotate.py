@@ -200,3 +200,59 @@ def test_reference_embeddings_with_the_evaluators_embedder(coins, tmp_path):
     emb = np.load(tmp_path / "e" / raw["reference_embeddings"]["file"])
     assert emb.shape[0] == 2 and raw["reference_embeddings"]["order"] == ["obj_001", "obj_002"]
     assert np.allclose(np.linalg.norm(emb, axis=1), 1.0, atol=1e-3)
+
+
+def test_vlm_proposed_phrases_are_validated_and_clipped(coins, tmp_path, monkeypatch):
+    import worldeval.judge as judge
+    from worldeval.judge import JudgeAnswer
+
+    image, refs = coins
+    b0 = _box(refs[0])
+    seen = {}
+
+    class FakeClient:
+        def __init__(self, config):
+            seen["model"] = config.model
+
+        def ask_json(self, content, validator=None, **kw):
+            parsed = validator({"objects": [{"phrase": "Coin", "box": b0},
+                                            {"phrase": "coin", "box": [370, 290, 500, 500]},  # clipped to the image
+                                            {"phrase": " ", "box": [1, 1, 9, 9]}]})  # empty phrase: dropped
+            return JudgeAnswer(raw="{}", parsed=parsed, attempts=1, latency_s=0.0)
+
+    monkeypatch.setattr(judge, "JudgeClient", FakeClient)
+    cfg = judge.JudgeConfig(model="fake-vlm")
+    annotate(image, AnnotateSpec(objects=[], embeddings=False), tmp_path / "v", judge_config=cfg)
+    raw = json.loads((tmp_path / "v" / "case.json").read_text())
+    assert seen["model"] == "fake-vlm"
+    assert raw["annotation"]["phrases_from"] == "vlm:fake-vlm"
+    assert raw["instances"][0]["category"] == "coin"
+    assert mask_iou(load_case(tmp_path / "v").masks["obj_001"], refs[0]) >= 0.8
+    boxes = [p["box"] for p in raw["annotation"]["prompts"]]
+    assert all(b[0] + b[2] <= 384 and b[1] + b[3] <= 303 for b in boxes)
+
+
+def test_hf_backend_picks_the_instance_matching_the_box(coins, tmp_path, monkeypatch):
+    """The hf path with a stand-in segmenter: the observation best overlapping the box prompt is kept."""
+    import types
+
+    from worldeval.opis.backends.base import Observation
+
+    image, refs = coins
+    obs = [Observation(mask=m, box=tuple(_box(m, 0)), category="coin") for m in refs[:3]]
+
+    class Seg:
+        name = "fake-sam"
+
+        def observe(self, frame, phrases, reference=None):
+            return list(obs)
+
+    fake = types.ModuleType("worldeval.opis.evaluate")
+    fake.load_backend = lambda name, device="cpu", **kw: types.SimpleNamespace(segmenter=Seg())
+    monkeypatch.setitem(__import__("sys").modules, "worldeval.opis.evaluate", fake)
+    spec = AnnotateSpec(objects=[ObjectPrompt("coin", box=_box(refs[1]))], segmenter="hf", embeddings=False)
+    annotate(image, spec, tmp_path / "h")
+    case = load_case(tmp_path / "h")
+    assert np.array_equal(case.masks["obj_001"], refs[1])
+    raw = json.loads((tmp_path / "h" / "case.json").read_text())
+    assert raw["annotation"]["prompts"][0]["mask_source"] == "hf"
