@@ -76,9 +76,10 @@ def geometric_gate(proj_box, obs_box, frame_shape, tol_frac: float = 0.05) -> bo
     dy = abs(cy - (py + ph / 2)) - (ph / 2 + 0.5 * ph)
     if max(dx, dy) > margin:
         return False
-    # scale must be plausible too: a match several times larger or smaller than the projection is another thing
+    # the camera also fixes the size: a find much larger or smaller than the projection is something else
+    # (e.g. a scrap left after the object was removed)
     r = np.sqrt(max(ow * oh, 1.0) / max(pw * ph, 1.0))
-    return 0.33 <= r <= 3.0
+    return 0.6 <= r <= 1.67
 
 
 def associate(

@@ -82,16 +82,38 @@ def estimate_camera(
     min_matches: int = 12,
     inlier_px: float | None = None,
 ) -> CameraEstimate:
+    # Support tiers: the background alone (the paper's rule); when that cannot give a reliable
+    # camera (scenes annotated to the edges leave almost no background), static-track instances
+    # are added (they are expected not to move), then the whole image (objects that moved on
+    # their own are RANSAC outliers while they are a minority). The held-out check applies to each.
+    static = np.zeros(bank.shape, bool)
+    for m, tr in zip(bank.masks, bank.tracks):
+        if tr == "static":
+            static |= m
+    tiers = [("background", bank.background)]
+    if static.any():
+        tiers.append(("background+static instances", bank.background | static))
+    tiers.append(("whole image", None))
+    first = None
+    for name, support in tiers:
+        corr = matcher.match(bank.image, frame, mask0=support, mask1=None)
+        cam = _fit(bank, frame, corr, name, holdout=holdout, seed=seed, min_matches=min_matches, inlier_px=inlier_px)
+        if cam.reliable:
+            return cam
+        first = first or cam
+    return first
+
+
+def _fit(bank, frame, corr, support: str, *, holdout, seed, min_matches, inlier_px) -> CameraEstimate:
     import cv2
 
     H1, W1 = frame.shape[:2]
     diag = float(np.hypot(H1, W1))
     thr = inlier_px if inlier_px is not None else max(2.0, 0.006 * diag)
-    corr = matcher.match(bank.image, frame, mask0=bank.background, mask1=None)
     n = len(corr.pts0)
-    stats = {"matches": int(n)}
+    stats = {"matches": int(n), "support": support}
     if n < min_matches:
-        return CameraEstimate(False, frame_shape=(H1, W1), stats=stats, reason=f"only {n} background matches")
+        return CameraEstimate(False, frame_shape=(H1, W1), stats=stats, reason=f"only {n} matches ({support})")
     rng = np.random.default_rng(seed)
     order = rng.permutation(n)
     n_hold = max(4, int(round(holdout * n)))
