@@ -336,3 +336,25 @@ def test_diffusers_producer_with_a_tiny_random_pipeline(dataset, tmp_path):
 def test_unknown_producer_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown producer 'nope'"):
         get_producer("nope")
+
+
+def test_cli_produce(dataset, tmp_path):
+    from typer.testing import CliRunner
+
+    from worldeval.cli import app
+
+    runner = CliRunner()
+    res = runner.invoke(app, ["opis", "produce", "--dataset", str(dataset), "--producer", "forgetful-drop",
+                              "--out", str(tmp_path / "r"), "--rate", "2", "--case", "still", "--json"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.output)
+    assert (summary["done"], summary["failed"]) == (1, 0)
+    manifest = json.loads((tmp_path / "r" / "produce.json").read_text())
+    assert manifest["config"]["options"]["rate"] == 2.0 and manifest["config"]["producer"] == "forgetful-drop"
+    assert [p.name for p in (tmp_path / "r").glob("*.mp4")] == ["still.mp4"]
+    bad = runner.invoke(app, ["opis", "produce", "--dataset", str(dataset), "--producer", "nope", "--out",
+                              str(tmp_path / "x")])
+    assert bad.exit_code == 2 and "unknown producer" in bad.output
+    nocmd = runner.invoke(app, ["opis", "produce", "--dataset", str(dataset), "--producer", "command", "--out",
+                                str(tmp_path / "y")])
+    assert nocmd.exit_code == 2 and "--cmd" in nocmd.output
