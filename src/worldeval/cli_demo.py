@@ -205,6 +205,7 @@ def print_leaderboard(summary: dict, console) -> None:
     console.print(t)
     mark = "[green]ok[/green]" if summary["ranking_ok"] else "[red]UNEXPECTED[/red]"
     console.print(f"ranking check: {mark} ({summary['ranking']})")
+    console.print(f"outputs: {summary['out']} (dataset/, rollouts/, runs/, scores.json, demo_summary.json)")
     if summary["report"]:
         console.print(f"report: {summary['report']}")
     else:
