@@ -226,9 +226,11 @@ def evaluate_rollouts(dataset: Path, out: Path, records: dict[str, dict], cfg: V
             continue
         run_dir = out / "runs" / name
         t0 = time.perf_counter()
+        # force: these run folders are validate's own scratch; an evaluator whose settings changed since the
+        # last validate must redo the items it made (run_eval redoes exactly those), not refuse to resume.
         summary = run_eval(
             dataset, folder, name, run_dir, backend=cfg.backend, device=cfg.device, workers=cfg.workers,
-            executor=cfg.executor, force=False,
+            executor=cfg.executor, force=True,
         )
         run_dirs[name] = run_dir
         log(f"eval {name}: {time.perf_counter() - t0:.1f}s {_short(summary)}")
