@@ -76,3 +76,34 @@ def test_status_records_drive_what_is_redone(tmp_path):
     assert not is_done(tmp_path, "m", "c4")
     with pytest.raises(ValueError):
         write_status(tmp_path, "m", "c5", "running")
+
+
+@pytest.mark.slow
+def test_opis_eval_cli_refuses_another_config_unless_forced(tmp_path):
+    from typer.testing import CliRunner
+
+    from test_faults_data import make_dataset
+    from worldeval.cli import app
+
+    ds, ro = make_dataset(tmp_path / "in", 1)
+    run = tmp_path / "run"
+    base = ["opis", "eval", "--dataset", str(ds), "--rollouts", str(ro / "toy"), "--model", "toy",
+            "--out", str(run), "--workers", "0", "--quiet"]
+    r = CliRunner().invoke(app, base)
+    assert r.exit_code == 0, r.output
+    done = json.loads(status_path(run, "toy", "good_0").read_text())
+    assert done["status"] == "done"
+
+    r = CliRunner().invoke(app, base + ["--max-side", "64"])
+    assert r.exit_code == 2
+    assert "manifest.json" in r.output and "different config" in r.output and "--force" in r.output
+    assert json.loads(status_path(run, "toy", "good_0").read_text()) == done, "a refused resume writes nothing"
+
+    # same config: resumes and keeps the finished case
+    r = CliRunner().invoke(app, base)
+    assert r.exit_code == 0 and "1 already done" in r.output
+
+    # forced: the case made with the old config is redone under the new one
+    r = CliRunner().invoke(app, base + ["--max-side", "64", "--force"])
+    assert r.exit_code == 0 and "1 evaluated" in r.output, r.output
+    assert json.loads(status_path(run, "toy", "good_0").read_text())["config_hash"] != done["config_hash"]

@@ -1,0 +1,134 @@
+"""Throughput of `opis eval` (classical backend): 1 vs N workers, local process pool vs a local Ray cluster.
+
+    .venv/bin/python benchmarks/scale.py                 # 8 cases, workers 1 and 2, local and Ray
+    .venv/bin/python benchmarks/scale.py --cases 16 --workers 1 2 4 --no-ray
+
+Every configuration evaluates the same synthetic dataset (tests/test_faults_data.py:
+textured scenes with 2-3 objects, H.264 rollouts) into a fresh run folder, end to end
+through `run_eval`: worker start-up, decoding, perception, writing parts, consolidation.
+Throughput is sampled frames per second of wall time. The Ray cluster's own start-up is
+timed apart (a user pays it once per cluster, not per run). The fastest of --repeat runs
+counts (shared machines are noisy). "ray cold" starts new actors, like the local pool
+starts new processes; "ray warm" reruns on the actors of the previous call (models
+loaded), which is what a long-lived driver (notebook, service) sees.
+All configurations must produce the same archive; the script checks it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+from test_faults_data import make_dataset  # noqa: E402
+
+MODEL = "toy"
+
+
+def _archive(run_dir: Path):
+    from worldeval.opis.archive import COLUMNS, read_archive
+
+    df = read_archive(run_dir)
+    return df.sort_values(["case_id", "frame", "extra", "instance_id", "appearance"], na_position="last").reset_index(drop=True)[list(COLUMNS)]
+
+
+def _run(dataset: Path, rollouts: Path, out: Path, workers: int, executor: str) -> tuple[float, int, dict]:
+    from worldeval.opis.evaluate import run_eval
+
+    shutil.rmtree(out, ignore_errors=True)
+    t0 = time.perf_counter()
+    summary = run_eval(dataset, rollouts / MODEL, MODEL, out, backend="classical", device="cpu",
+                       workers=workers, executor=executor)
+    wall = time.perf_counter() - t0
+    df = _archive(out)
+    frames = int(df[["case_id", "frame"]].drop_duplicates().shape[0])
+    return wall, frames, summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", type=int, default=8)
+    ap.add_argument("--size", type=int, default=160, help="image side in pixels")
+    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--fps", type=int, default=24)
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--repeat", type=int, default=2,
+                    help="runs per configuration; the fastest counts (shared machines are noisy)")
+    ap.add_argument("--no-ray", action="store_true")
+    ap.add_argument("--keep", type=Path, default=None, help="keep data and runs in this folder")
+    args = ap.parse_args(argv)
+
+    root = args.keep or Path(tempfile.mkdtemp(prefix="worldeval-scale-"))
+    dataset, rollouts = make_dataset(root, args.cases, size=args.size, seconds=args.seconds, fps=args.fps, model=MODEL)
+    print(f"data: {args.cases} cases, {args.size}px, {args.seconds:g}s at {args.fps} fps; cpus={os.cpu_count()}")
+
+    rows: list[tuple[str, int, float, int]] = []
+    reference = None
+
+    def measure(label: str, workers: int, executor: str, runs: int) -> list[float]:
+        nonlocal reference
+        walls = []
+        for _ in range(runs):
+            out = root / "runs" / f"{label}-{workers}"
+            wall, frames, _ = _run(dataset, rollouts, out, workers, executor)
+            walls.append(wall)
+            df = _archive(out)
+            if reference is None:
+                reference = (df, frames)
+            elif not df.equals(reference[0]):
+                raise SystemExit(f"{label} with {workers} workers produced a different archive")
+        return walls
+
+    def add(label: str, workers: int, walls: list[float]) -> None:
+        frames = reference[1]
+        wall = min(walls)
+        rows.append((label, workers, wall, frames))
+        print(f"  {label:<10} workers={workers}: {wall:7.2f} s (runs: {', '.join(f'{w:.1f}' for w in walls)}), "
+              f"{frames} sampled frames, {frames / wall:6.2f} frames/s", flush=True)
+
+    for w in args.workers:
+        add("local", w, measure("local", w, "local", max(1, args.repeat)))
+    ray_start = None
+    if not args.no_ray:
+        import ray
+
+        t0 = time.perf_counter()
+        ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, logging_level="WARNING",
+                 _node_ip_address="127.0.0.1",
+                 runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}})
+        ray_start = time.perf_counter() - t0
+        print(f"  ray cluster start-up: {ray_start:.2f} s (not counted below)")
+        try:
+            for w in args.workers:
+                from worldeval.executor import shutdown_workers
+
+                shutdown_workers()  # cold: new actors, models loaded again, as for local
+                walls = measure("ray", w, "ray", 1 + max(1, args.repeat - 1))
+                add("ray cold", w, walls[:1])
+                add("ray warm", w, walls[1:])
+        finally:
+            ray.shutdown()
+
+    base = {lbl: wall for lbl, w, wall, _ in rows if w == min(args.workers) and lbl == "local"}["local"]
+    local = {w: wall for lbl, w, wall, _ in rows if lbl == "local"}
+    print()
+    print(f"{'executor':<10} {'workers':>7} {'wall s':>8} {'frames/s':>9} {'speed-up':>9} {'vs local':>9}")
+    for lbl, w, wall, frames in rows:
+        over = f"{(wall / local[w] - 1) * 100:+8.0f}%" if lbl != "local" and w in local else f"{'-':>9}"
+        print(f"{lbl:<10} {w:>7} {wall:8.2f} {frames / wall:9.2f} {base / wall:8.2f}x {over}")
+    if ray_start is not None:
+        print(f"ray cluster start-up {ray_start:.2f} s; 'vs local' is the Ray run's extra wall time on the same work")
+    if args.keep is None:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
