@@ -37,15 +37,20 @@ def expected_order_ok(models: dict[str, dict]) -> tuple[bool, str]:
     return True, "oracle > every forgetful-* > swapped"
 
 
-def _dataset_current(dataset: Path) -> bool:
-    """The demo dataset in `dataset` was built from the annotations shipped with this version."""
+def _demo_stamp() -> dict:
+    from worldeval import __version__
     from worldeval.demo import demo_spec
 
+    return {"worldeval": __version__, "spec": demo_spec()}
+
+
+def _dataset_current(dataset: Path) -> bool:
+    """The demo dataset in `dataset` was built by this version from the annotations it ships."""
     stamp = dataset / "demo_spec.json"
     if not (dataset / "dataset.json").exists() or not stamp.exists():
         return False
     try:
-        return json.loads(stamp.read_text(encoding="utf-8")) == demo_spec()
+        return json.loads(stamp.read_text(encoding="utf-8")) == _demo_stamp()
     except Exception:
         return False
 
@@ -84,7 +89,7 @@ def run_demo(out: Path, bootstrap: int = 1000, seed: int = 0, workers: int = 0, 
         with progress() as bar:
             task = bar.add_task("annotating demo cases", total=n_cases)
             build_demo_dataset(dataset, on_case=lambda cid: bar.advance(task))
-        atomic_write_json(dataset / "demo_spec.json", spec)
+        atomic_write_json(dataset / "demo_spec.json", _demo_stamp())
     timings["dataset"] = time.monotonic() - t0
 
     t0 = time.monotonic()
@@ -115,8 +120,10 @@ def run_demo(out: Path, bootstrap: int = 1000, seed: int = 0, workers: int = 0, 
             def step(done: int, total: int, _base: int = k * n_cases) -> None:
                 bar.update(task, completed=_base + done)
 
+            # force: the demo owns these folders; items made under another evaluator config are
+            # redone instead of refusing to resume, and items that are still valid are kept.
             eval_summaries[name] = run_eval(dataset, rollouts / name, name, runs / name, backend="classical",
-                                            device="cpu", workers=workers, progress=step)
+                                            device="cpu", workers=workers, progress=step, force=True)
         bar.update(task, description="evaluating (classical)", completed=n_cases * len(models))
     timings["evaluate"] = time.monotonic() - t0
 
