@@ -78,12 +78,13 @@ def test_annotate_writes_a_loadable_case_with_reference_quality_masks(coins, tmp
     assert case.spec.camera().duration_s == 4
 
 
-def test_point_prompt_finds_an_isolated_coin(coins):
+def test_point_prompts_at_coin_centres(coins):
     image, refs = coins
-    m = refs[0]
-    ys, xs = np.nonzero(m)
-    got = grabcut_mask(image, point=[float(xs.mean()), float(ys.mean())])
-    assert mask_iou(got, m) >= 0.8
+    ious = []
+    for m in refs[1::3]:  # includes coins whose window also holds look-alike neighbours
+        ys, xs = np.nonzero(m)
+        ious.append(mask_iou(grabcut_mask(image, point=[float(xs.mean()), float(ys.mean())]), m))
+    assert min(ious) >= 0.8, ious
 
 
 def test_duplicate_prompts_are_removed_by_mask_iou(coins, tmp_path):

@@ -180,29 +180,33 @@ def grabcut_mask(image: np.ndarray, box: list[float] | None = None, point: list[
     which keeps the colour models local and the cost independent of image size;
     when that finds (almost) nothing it is retried with a thin background ring.
     A point alone seeds a sure-foreground disc inside a square window whose
-    border is background; the component holding the point is kept.
+    border is background, and the component holding the point is kept; when
+    only the seed disc survives, smaller windows are tried.
     """
-    import cv2
-
     H, W = image.shape[:2]
     if box is None and point is None:
         raise ValueError("grabcut_mask needs a box or a point")
-    if box is not None:
-        x, y, w, h = box
-        x0, y0 = max(0, int(math.floor(x))), max(0, int(math.floor(y)))
-        x1, y1 = min(W, int(math.ceil(x + w))), min(H, int(math.ceil(y + h)))
-    else:
-        side = 0.35 * min(H, W)
-        x0, y0 = max(0, int(point[0] - side / 2)), max(0, int(point[1] - side / 2))
-        x1, y1 = min(W, int(point[0] + side / 2)), min(H, int(point[1] + side / 2))
-    if x1 - x0 < 2 or y1 - y0 < 2:
-        raise ValueError(f"prompt box {[x0, y0, x1 - x0, y1 - y0]} is outside the image or too small")
-    full = np.zeros((H, W), dtype=bool)
+    disc = max(3, int(0.015 * min(H, W)))
+    # (window side as a share of the image's short side, background margin); a box sets its own window.
     # A wide background ring models the surroundings best, but when it holds a look-alike
     # (a neighbouring coin, say) GrabCut can call the whole box background; a thin ring then helps.
-    for margin in (0.5, 0.08):
+    attempts = [(None, 0.5), (None, 0.08)] if box is not None else [(0.35, 0.5), (0.35, 0.08), (0.2, 0.08)]
+    full = np.zeros((H, W), dtype=bool)
+    for side_frac, margin in attempts:
+        if box is not None:
+            x, y, w, h = box
+            x0, y0 = max(0, int(math.floor(x))), max(0, int(math.floor(y)))
+            x1, y1 = min(W, int(math.ceil(x + w))), min(H, int(math.ceil(y + h)))
+        else:
+            side = side_frac * min(H, W)
+            x0, y0 = max(0, int(point[0] - side / 2)), max(0, int(point[1] - side / 2))
+            x1, y1 = min(W, int(point[0] + side / 2)), min(H, int(point[1] + side / 2))
+        if x1 - x0 < 2 or y1 - y0 < 2:
+            raise ValueError(f"prompt box {[x0, y0, x1 - x0, y1 - y0]} is outside the image or too small")
         full = _grabcut_window(image, (x0, y0, x1, y1), margin, point, iters, seed)
-        if full.sum() >= 0.1 * (x1 - x0) * (y1 - y0) or point is not None and full.any():
+        if box is not None and full.sum() >= 0.1 * (x1 - x0) * (y1 - y0):
+            break
+        if box is None and full.sum() > 4 * math.pi * disc * disc:
             break
     return full
 
