@@ -426,20 +426,19 @@ def _confirm_extras(bank, obs, assoc, projs, visibility, appearance, cam: Camera
         # A strong second find of an instance (a SIFT cluster of its own keypoints, or a near-perfect
         # template correlation) is a copy of it even on another background; weaker finds must
         # resemble the object nearly as much as its real match does.
-        strong = (
-            (o.source.startswith("features:") and o.score >= config.extra_feature_score)
-            or (o.source.startswith("template:") and o.score >= config.extra_template_score)
-        ) and getattr(o, "completeness", 0.0) >= 0.85
+        whole = getattr(o, "completeness", 0.0) >= 0.85
+        by_features = getattr(o, "feature_score", 0.0) >= config.extra_feature_score and whole
+        strong = by_features or (o.source.startswith("template:") and o.score >= config.extra_template_score and whole)
         if (
             not strong
             and appearance[i_best] is not None
             and conf < appearance[i_best] - config.extra_margin
         ):
             continue
-        area = float(o.mask.sum())
-        if any(float((o.mask & obs[k].mask).sum()) / area > 0.2 for k in matched):
+        # only a find backed by the instance's own keypoints may stand inside a larger object (a copy on a table)
+        if any(_same_place(o.mask, obs[k].mask, by_features) for k in matched):
             continue
-        if any(pr is not None and pr.mask is not None and float((o.mask & pr.mask).sum()) / area > 0.2 for pr in projs):
+        if any(pr is not None and pr.mask is not None and _same_place(o.mask, pr.mask, by_features) for pr in projs):
             continue
         attributable = False
         for i in range(len(bank)):
@@ -453,6 +452,21 @@ def _confirm_extras(bank, obs, assoc, projs, visibility, appearance, cam: Camera
             continue
         out.append(j)
     return out
+
+
+def _same_place(a: np.ndarray, b: np.ndarray, allow_inside_larger: bool = False) -> bool:
+    """Mask `a` (a candidate extra) can be explained by `b` (a matched object or a projected place).
+
+    Any overlap beyond 20 % of `a` counts; with `allow_inside_larger`, not inside a `b` at least
+    three times larger: a copy standing on a table lies inside the table's mask without being it.
+    """
+    inter = float((a & b).sum())
+    if inter == 0:
+        return False
+    sa, sb = float(a.sum()), float(b.sum())
+    if inter / (sa + sb - inter) > 0.3:
+        return True
+    return inter / sa > 0.2 and not (allow_inside_larger and sb >= 3.0 * sa)
 
 
 def _structure(bank, i, frame, ob, cam, backend, config, judge) -> tuple[float | None, str | None]:

@@ -242,6 +242,7 @@ class SearchSegmenter:
                 score=float(n / (n + 10.0)),
                 source=f"features:{bank.ids[i]}",
             )
+            ob.feature_score = ob.score
             # share of the warped instance that lands inside the frame (a copy must be whole to count as an extra)
             ob.completeness = float(mask.sum()) / max(1.0, scale * scale * float(bank.masks[i].sum()))
             obs.append(ob)
@@ -381,6 +382,9 @@ def _dedupe(cands: list[Observation], iou: float = 0.75) -> list[Observation]:
                 if f not in found:
                     found.append(f)
             twin.found_for = found
+            # a SIFT cluster of the instance's own keypoints at this place is strong evidence of an object
+            fs = c.score if c.source.startswith("features:") else getattr(c, "feature_score", 0.0)
+            twin.feature_score = max(getattr(twin, "feature_score", 0.0), fs)
             continue
         kept.append(c)
     return kept
