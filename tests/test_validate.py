@@ -161,3 +161,21 @@ def test_duplicate_extras_counted_only_where_the_copy_is_in_view():
     assert m["duplicate_in_view_frames"] == 5  # 24, 32, 40, 48, 56
     assert m["extra_share_where_copy_in_view"] == pytest.approx(3 / 5)
     assert m["frames_with_extra"] == 3
+
+
+def test_rerendered_case_forgets_old_measurements(tmp_path):
+    from worldeval.opis.validate import _forget_case
+
+    runs = tmp_path / "runs"
+    for m in ("faithful", "removed"):
+        for cid in ("c1", "c2"):
+            write_case_part(runs / m, m, cid, _rows(m, cid))
+            st = runs / m / "status" / m / f"{cid}.json"
+            st.parent.mkdir(parents=True, exist_ok=True)
+            st.write_text("{}")
+        (runs / m / "measurements").mkdir(parents=True, exist_ok=True)
+        (runs / m / "measurements" / f"{m}.parquet").write_bytes(b"stale")
+    _forget_case(runs, "c1")
+    assert not list(runs.glob("*/*/*/c1.*"))
+    assert len(list(runs.glob("*/*/*/c2.*"))) == 4  # the other case keeps its parts and status
+    assert not list(runs.glob("*/measurements/*.parquet"))

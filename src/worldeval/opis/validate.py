@@ -65,6 +65,20 @@ class ValidateConfig:
 # ---------------------------------------------------------------- synthesis step
 
 
+def _forget_case(runs_root: Path, case_id: str) -> None:
+    """Drop every measurement of `case_id` from validate's run folders.
+
+    New clips under old names: `opis eval` would keep the measurements of the old clips (its resume
+    looks at status records, not at the video), so the case's status, part and per-frame record go,
+    and so do the consolidated per-model files that hold its old rows (rebuilt by the next eval).
+    """
+    for pattern in (f"*/status/*/{case_id}.json", f"*/parts/*/{case_id}.parquet", f"*/frames/*/{case_id}.json"):
+        for p in runs_root.glob(pattern):
+            p.unlink()
+    for p in runs_root.glob("*/measurements/*.parquet"):
+        p.unlink()
+
+
 def synthesize_dataset(
     dataset: Path, out: Path, cfg: ValidateConfig, log: Callable[[str], None] = print
 ) -> tuple[dict[str, dict], dict[str, dict]]:
@@ -94,10 +108,7 @@ def synthesize_dataset(
         # The "other scene" is the next case's photo (cyclic), so it is a real scene, never a blank.
         other = cases[(k + 1) % len(cases)] if len(cases) > 1 else None
         t0 = time.perf_counter()
-        # New clips under old names: the evaluator's resume would keep measurements of the old clips,
-        # so this case's status records are dropped and `opis eval` redoes it.
-        for st in (out / "runs").glob(f"*/status/*/{case.id}.json"):
-            st.unlink()
+        _forget_case(out / "runs", case.id)
         rec = synthesize_case(case, out / "rollouts", other=other, cfg=cfg.synth)
         rec.pop("_images", None)
         rec["synth_hash"] = h
@@ -147,7 +158,7 @@ def target_measurements(rows: pd.DataFrame, rec: dict, target_id: str | None) ->
     mt = t[t["matched"].astype(bool)]
     out["target_appearance"] = _mean(mt["appearance"].tolist())
     out["target_structure"] = _mean(t["structure"].tolist())
-    out["target_visibility"] = {str(k): int(v) for k, v in t["visibility"].fillna("null").value_counts().items()}
+    out["target_visibility"] = {str(k): int(v) for k, v in t["visibility"].astype(object).fillna("null").value_counts().items()}
     out["target_ambiguous_frames"] = int(t["ambiguous"].astype(bool).sum())
     return out
 
