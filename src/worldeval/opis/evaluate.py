@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import time
 from contextlib import contextmanager
+from types import SimpleNamespace
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,7 @@ class EvalConfig(BaseModel):
     skip_seconds: float = 1.0
     max_side: int | None = None  # decode frames at most this large (None: native size)
     foreign_min_appearance: float = 0.5  # appearance needed to match an observation another instance's search found
+    ungated_min_appearance: float = 0.5  # appearance a static instance needs when no reliable camera gates it
     gate_tolerance: float = 0.05  # geometric gate margin, share of the frame diagonal
     min_in_view: float = 0.5  # share of projected query points inside the frame to count as in view
     min_side_px: float = 10.0  # projected instance smaller than this (either side) is too small
@@ -274,6 +276,25 @@ def _evaluate_frame(bank: ReferenceBank, frame: np.ndarray, backend: Backend, co
                 provenance[:, j] = False
                 for w in owners:
                     provenance[id_index[w], j] = True
+        # A static instance that the camera places must also show its own keypoints where a
+        # template-only find claims it (an inpainted smear can look right in colour); only
+        # texture-poor instances, which cannot show enough keypoints, are exempt.
+        if cam.reliable:
+            for i in range(n):
+                if bank.tracks[i] != "static":
+                    continue
+                need = _support_needed(bank, i, cam, shape, config.min_correspondences)
+                if need == 0:
+                    continue
+                for j, o in enumerate(obs):
+                    if not gates[i, j] or getattr(o, "feature_score", 0.0) > 0 or o.source.startswith("projection:"):
+                        continue
+                    if _keypoint_support(bank, i, frame, cam, backend.matcher, o.box) < need:
+                        gates[i, j] = False
+        # without a camera nothing places a static instance: only a clear likeness may match it
+        inst_floor = [
+            config.ungated_min_appearance if (bank.tracks[i] == "static" and not cam.reliable) else 0.0 for i in range(n)
+        ]
         obs_emb = np.stack([o.embedding for o in obs]) if m else None
         assoc = associate(
             bank.embeddings,
@@ -289,6 +310,7 @@ def _evaluate_frame(bank: ReferenceBank, frame: np.ndarray, backend: Backend, co
             min_appearance=config.min_appearance,
             provenance=provenance,
             foreign_min_appearance=config.foreign_min_appearance,
+            instance_min_appearance=inst_floor,
         )
         visibility, appearance = [], []
         for i in range(n):
@@ -368,6 +390,32 @@ def _evaluate_frame(bank: ReferenceBank, frame: np.ndarray, backend: Backend, co
             {"instance_id": None, "category": obs[j].category, "status": "extra", "box": _box_list(obs[j].box), "appearance": None, "structure": None}
         )
     return recs, objs
+
+
+def _support_needed(bank, i, cam, shape, min_correspondences: int) -> int:
+    """Keypoint support a template-only match of static instance i must show (0: texture-poor, exempt)."""
+    key = f"kp_in_mask:{bank.ids[i]}"
+    if key not in bank.cache:
+        pts = bank.cache.get("classical", {}).get("f0")
+        if pts is None:
+            bank.cache[key] = None
+        else:
+            m = bank.masks[i]
+            x = np.clip(np.round(pts.xy[:, 0]).astype(int), 0, m.shape[1] - 1)
+            y = np.clip(np.round(pts.xy[:, 1]).astype(int), 0, m.shape[0] - 1)
+            bank.cache[key] = pts.xy[m[y, x]]
+    kp = bank.cache[key]
+    if kp is None or len(kp) == 0:
+        return 0
+    p, _ = cam.project(kp)
+    H1, W1 = shape
+    inside = np.isfinite(p).all(1) & (p[:, 0] >= 0) & (p[:, 0] < W1) & (p[:, 1] >= 0) & (p[:, 1] < H1)
+    need = min(min_correspondences, int(0.2 * inside.sum()))
+    return need if need >= 3 else 0
+
+
+def _keypoint_support(bank, i, frame, cam, matcher, box) -> int:
+    return _projection_support(bank, i, frame, cam, matcher, SimpleNamespace(box=box))
 
 
 def _projection_support(bank, i, frame, cam, matcher, pr) -> int:

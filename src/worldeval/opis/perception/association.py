@@ -98,6 +98,7 @@ def associate(
     distinct_iou: float = 0.3,
     provenance: np.ndarray | None = None,
     foreign_min_appearance: float = 0.5,
+    instance_min_appearance: list[float] | None = None,
 ) -> Association:
     """`provenance[i, j]` is true when observation j was found by searching for instance i (or by a
     search that names no instance); an observation found for another instance needs the higher
@@ -116,7 +117,8 @@ def associate(
     for i in range(n):
         for j in range(m):
             s_e = sim[i, j]
-            if not np.isfinite(s_e) or s_e < min_appearance:
+            floor = min_appearance if instance_min_appearance is None else max(min_appearance, instance_min_appearance[i])
+            if not np.isfinite(s_e) or s_e < floor:
                 continue
             if provenance is not None and not provenance[i, j]:
                 # found while searching for someone else: it is ours only if it resembles us clearly,

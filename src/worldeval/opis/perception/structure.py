@@ -28,9 +28,13 @@ def static_structure(
 
     H0, W0 = bank.shape
     H1, W1 = frame.shape[:2]
-    m0 = np.zeros((H0, W0), bool)
-    x, y, w, h = (int(round(v)) for v in bank.boxes[i])
-    m0[max(0, y) : y + h, max(0, x) : x + w] = True
+    # the instance's own pixels (slightly dilated for keypoints on its outline), minus other
+    # instances: objects held in a container must not vouch for the container's shape
+    r = max(2, int(round(0.02 * max(bank.boxes[i][2], bank.boxes[i][3]))))
+    m0 = cv2.dilate(bank.masks[i].astype(np.uint8), np.ones((2 * r + 1, 2 * r + 1), np.uint8)).astype(bool)
+    for k, mk in enumerate(bank.masks):
+        if k != i:
+            m0 &= ~mk
     m1 = np.zeros((H1, W1), bool)
     ox, oy, ow, oh = obs_box
     pad = 0.1 * max(ow, oh)
