@@ -176,3 +176,30 @@ def test_cli_eval_runs_and_resumes(dataset, tmp_path):
     assert bad.exit_code == 1
     msgs = {e["case_id"]: e["message"] for e in json.loads(bad.stdout)["failed"]}
     assert "nfeatures" in msgs["good"]
+
+
+def test_a_pasted_copy_is_an_extra_and_the_original_stays_matched(tmp_path):
+    from worldeval.opis.archive import validate_archive
+    from worldeval.opis.case import load_case
+    from worldeval.opis.evaluate import EvalConfig, evaluate_rollout, load_backend
+
+    img = _case(tmp_path / "ds", "dup")
+    copy = img.copy()
+    copy[40:100, 126:186] = img[40:100, 60:120]
+    be = load_backend("classical")
+    case = load_case(tmp_path / "ds" / "dup")
+    _rollout(tmp_path / "same.mp4", img)
+    _rollout(tmp_path / "dup.mp4", copy)
+    same = evaluate_rollout(case, tmp_path / "same.mp4", "m", be, EvalConfig())
+    dup = evaluate_rollout(case, tmp_path / "dup.mp4", "m", be, EvalConfig())
+    for res in (same, dup):
+        validate_archive(res.rows)
+        ref = res.rows[~res.rows.extra]
+        assert ref.matched.all()
+    assert not same.rows.extra.any()
+    extra = dup.rows[dup.rows.extra]
+    assert sorted(extra.frame) == [10, 18, 26]  # one extra per sampled frame
+    boxes = [o["box"] for f in dup.frames["frames"] for o in f["objects"] if o["status"] == "extra"]
+    assert len(boxes) == 3 and all(abs(b[0] - 126) < 12 for b in boxes), boxes
+    # the original keeps its place: the matched box is the one at x = 60
+    assert all(abs(o["box"][0] - 60) < 12 for f in dup.frames["frames"] for o in f["objects"] if o["status"] == "matched")
