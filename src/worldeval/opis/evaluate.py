@@ -477,11 +477,8 @@ def _confirm_extras(bank, obs, assoc, projs, visibility, appearance, cam: Camera
         whole = getattr(o, "completeness", 0.0) >= 0.85
         by_features = getattr(o, "feature_score", 0.0) >= config.extra_feature_score and whole
         strong = by_features or (o.source.startswith("template:") and o.score >= config.extra_template_score and whole)
-        if (
-            not strong
-            and appearance[i_best] is not None
-            and conf < appearance[i_best] - config.extra_margin
-        ):
+        # a weak find counts only as a second copy of an object matched elsewhere in the frame
+        if not strong and (appearance[i_best] is None or conf < appearance[i_best] - config.extra_margin):
             continue
         # only a find backed by the instance's own keypoints may stand inside a larger object (a copy on a table)
         if any(_same_place(o.mask, obs[k].mask, by_features) for k in matched):

@@ -156,7 +156,9 @@ class SearchSegmenter:
         template_peaks: int = 2,
         feature_clusters: int = 2,
         min_inliers: int = 5,
+        firm_cluster: float = 0.6,
     ):
+        self.firm_cluster = firm_cluster  # feature-route score n/(n+10): 0.6 = 15 inliers
         self.matcher = matcher
         self.template_side = template_side
         self.scales = scales
@@ -198,7 +200,10 @@ class SearchSegmenter:
         for i, info in enumerate(prep["per"]):
             cands = self._feature_route(bank, i, info, prep["f0"], f1, all_idx1, frame.shape[:2])
             seeds = [(o.score, o.box[0], o.box[1], o.box[2], o.box[3]) for o in cands]
-            cands += self._template_route(bank, i, info, frame, small_frames, seeds)
+            # A static object already found by a firm SIFT cluster needs no scan of the whole frame
+            # (a copy of it would show as a second cluster); dynamic and texture-poor ones do.
+            scan = bank.tracks[i] != "static" or not any(o.score >= self.firm_cluster for o in cands)
+            cands += self._template_route(bank, i, info, frame, small_frames, seeds, scan=scan)
             out.extend(_dedupe(cands))
         # searches for different instances often land on the same object; one observation per
         # place is enough (association decides whose it is) and halves the embedding work
@@ -248,10 +253,12 @@ class SearchSegmenter:
             obs.append(ob)
         return obs
 
-    def _template_route(self, bank, i, info, frame, small_frames, seeds=()) -> list[Observation]:
+    def _template_route(self, bank, i, info, frame, small_frames, seeds=(), scan: bool = True) -> list[Observation]:
         import cv2
 
         x, y, w, h = info["box"]
+        if not scan:
+            return self._place_found(bank, i, info, frame, [self._refine(info, frame, r) for r in seeds], len(seeds))
         f = min(1.0, self.template_side / max(w, h))
         fk = round(f, 3)
         if fk not in small_frames:
@@ -277,12 +284,15 @@ class SearchSegmenter:
         found.sort(key=lambda r: -r[0])
         # feature-route boxes are refined too: their similarity transform is often a little off
         found = [self._refine(info, frame, r) for r in list(seeds) + _spread(found, self.template_peaks + 1)]
-        found.sort(key=lambda r: -r[0])
+        return self._place_found(bank, i, info, frame, found, self.template_peaks + len(seeds))
+
+    def _place_found(self, bank, i, info, frame, found, limit) -> list[Observation]:
+        found = sorted(found, key=lambda r: -r[0])
         obs = []
         kept_boxes = []
         Hh, Ww = frame.shape[:2]
         for v, bx, by, bw, bh in found:
-            if len(obs) >= self.template_peaks + len(seeds):
+            if len(obs) >= limit:
                 break
             if v < 0.2:
                 break
