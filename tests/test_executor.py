@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from worldeval.executor import ItemError, WorkerCrashed, run_items, worker_cache
+from worldeval.executor import ExecutorStalled, ItemError, ItemTimeout, WorkerCrashed, run_items, worker_cache
 
 
 class ThreeArgError(Exception):
@@ -193,3 +193,57 @@ def test_workers_that_die_at_start_up_stop_the_run_with_a_clear_message(tmp_path
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert out.returncode != 0
     assert "WorkerStartError" in out.stderr and "__main__" in out.stderr
+
+
+def hang_on_two(x: int) -> int:
+    if x == 2:
+        time.sleep(60)
+    time.sleep(0.05)
+    return x * x
+
+
+def slow(x: int) -> int:
+    time.sleep(3)
+    return x
+
+
+@pytest.mark.slow
+def test_item_timeout_kills_the_hung_item_only(monkeypatch):
+    # the clock starts when an item is handed out, worker start-up included: keep it generous
+    monkeypatch.setenv("WORLDEVAL_ITEM_TIMEOUT_S", "6")
+    t0 = time.monotonic()
+    got, summary = _collect(hang_on_two, range(5), workers=2, crash_retries=0)
+    assert time.monotonic() - t0 < 40
+    assert isinstance(got[2], ItemTimeout) and got[2].to_record()["type"] == "ItemTimeout"
+    assert "longer than 6 s" in got[2].message
+    # the neighbour killed with it (if any) is a WorkerCrashed; every other item finished
+    others = {k: v for k, v in got.items() if k != 2}
+    assert all(v == k * k or isinstance(v, WorkerCrashed) for k, v in others.items())
+    assert sum(isinstance(v, WorkerCrashed) for v in others.values()) <= 1
+
+
+def test_stall_timeout_stops_a_run_that_makes_no_progress():
+    with pytest.raises(ExecutorStalled, match="no item finished in 1 s"):
+        run_items(slow, [1, 2], workers=1, stall_timeout=1)
+
+
+def die_after_return(x: int) -> int:
+    """Item 0 returns, then its worker dies while idle (between items)."""
+    if x == 0:
+        import threading
+
+        threading.Timer(0.1, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
+    return x * x
+
+
+def test_worker_dying_between_items_costs_no_item():
+    got = {}
+
+    def on_result(item, res):
+        got[item] = res
+        if item == 0:
+            time.sleep(0.8)  # the worker dies meanwhile; the next hand-out finds the pool broken
+
+    summary = run_items(die_after_return, range(3), workers=1, on_result=on_result, crash_retries=0)
+    assert got == {0: 0, 1: 1, 2: 4}
+    assert summary.pool_restarts == 1 and summary.failed == 0

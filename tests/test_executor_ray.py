@@ -11,25 +11,40 @@ ray = pytest.importorskip("ray")
 
 from test_executor import (  # noqa: E402  (tests/ is on sys.path under pytest's default import mode)
     cached_model,
+    hang_on_two,
     die_always_on_two,
     die_once,
     fail_on_three,
     square,
 )
-from worldeval.executor import ItemError, WorkerCrashed, run_items  # noqa: E402
+from worldeval.executor import ItemError, ItemTimeout, WorkerCrashed, run_items  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
+_RAY_TMP: list[str] = []
+
+
 def start_local_ray() -> bool:
-    """Start a loopback cluster unless one is up; True when this call started it."""
+    """Start a private loopback cluster unless this process already has one; True when this call started it.
+
+    Never attaches to another process's cluster (RAY_ADDRESS is dropped, address="local"), keeps its
+    session files in a temp dir of its own. Tests pass a stall_timeout so a hang fails instead of
+    blocking the session.
+    """
+    import tempfile
+
     if ray.is_initialized():
         return False
+    os.environ.pop("RAY_ADDRESS", None)
+    tmp = tempfile.mkdtemp(prefix="wr-", dir="/tmp" if os.path.isdir("/tmp") else None)  # short: socket paths
+    _RAY_TMP.append(tmp)
     ray.init(
         address="local",
         num_cpus=4,  # logical CPUs: room for 4 one-CPU workers on a 2-core machine
         include_dashboard=False,
         _node_ip_address="127.0.0.1",
+        _temp_dir=tmp,
         logging_level="WARNING",
         # the actors must import the test modules to unpickle functions by reference
         runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}},
@@ -37,13 +52,23 @@ def start_local_ray() -> bool:
     return True
 
 
+def stop_local_ray() -> None:
+    import shutil
+
+    ray.shutdown()
+    while _RAY_TMP:
+        shutil.rmtree(_RAY_TMP.pop(), ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def local_ray():
     """One loopback cluster for the whole session (tests/test_faults_opis.py uses it too)."""
     owner = start_local_ray()
-    yield
-    if owner:
-        ray.shutdown()
+    try:
+        yield
+    finally:
+        if owner:
+            stop_local_ray()
 
 
 def _collect(fn, items, **kw):
@@ -54,6 +79,7 @@ def _collect(fn, items, **kw):
         assert key not in got
         got[key] = res
 
+    kw.setdefault("stall_timeout", 120)
     summary = run_items(fn, items, executor="ray", on_result=on_result, **kw)
     return got, summary
 
@@ -101,3 +127,10 @@ def test_ray_workers_capped_to_what_the_cluster_holds(local_ray):
     assert got == {x: x * x for x in range(4)} and summary.workers == 1
     with pytest.raises(RuntimeError, match="cannot place a single worker.*GPU"):
         run_items(square, [1], executor="ray", workers=1, resources={"num_gpus": 1})
+
+
+def test_ray_item_timeout_kills_only_that_actor(local_ray):
+    got, summary = _collect(hang_on_two, range(4), workers=2, item_timeout=5, crash_retries=0)
+    assert isinstance(got[2], ItemTimeout)
+    # on Ray a hung item costs only its own actor: the others all finish
+    assert {k: v for k, v in got.items() if k != 2} == {0: 0, 1: 1, 3: 9}

@@ -111,8 +111,13 @@ def make_dataset(
     fps: int = 16,
     model: str = "toy",
     bad: bool = False,
+    bad_first: bool = False,
 ) -> tuple[Path, Path]:
-    """Write a dataset and one model's rollouts; returns (dataset_dir, rollouts_dir)."""
+    """Write a dataset and one model's rollouts; returns (dataset_dir, rollouts_dir).
+
+    `bad_first` lists the (fast-failing) bad cases before the good ones in dataset.json, so a
+    run reaches its slow good cases last; the kill tests rely on that to strike mid-item.
+    """
     root = Path(root)
     ds, ro = root / "dataset", root / "rollouts" / model
     ro.mkdir(parents=True, exist_ok=True)
@@ -158,6 +163,8 @@ def make_dataset(
         Geometry(depth, default_intrinsics(size, size), np.ones((size, size), bool)).save(
             ds / "bad_nan_geometry" / "geometry.npz"
         )
+    if bad_first:
+        ids = [c for c in ids if c.startswith("bad_")] + [c for c in ids if not c.startswith("bad_")]
     (ds / "dataset.json").write_text(json.dumps({"name": "faults", "version": "1", "cases": ids}))
     return ds, root / "rollouts"
 

@@ -66,19 +66,30 @@ def assert_no_lost_or_duplicated_rows(df: pd.DataFrame, ref: pd.DataFrame) -> No
 @pytest.fixture(scope="session")
 def local_ray():
     """The session's loopback Ray cluster (shared with tests/test_executor_ray.py)."""
-    ray = pytest.importorskip("ray")
-    from test_executor_ray import start_local_ray
+    pytest.importorskip("ray")
+    from test_executor_ray import start_local_ray, stop_local_ray
 
     owner = start_local_ray()
+    try:
+        yield
+    finally:
+        if owner:
+            stop_local_ray()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_hangs():
+    """A run that stops making progress fails the test instead of hanging the session."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("WORLDEVAL_STALL_TIMEOUT_S", "240")
     yield
-    if owner:
-        ray.shutdown()
+    mp.undo()
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     root = tmp_path_factory.mktemp("faults")
-    ds, ro = make_dataset(root / "inputs", N_GOOD, bad=True, model=MODEL)
+    ds, ro = make_dataset(root / "inputs", N_GOOD, bad=True, model=MODEL, bad_first=True)
     return root, ds, ro / MODEL
 
 
@@ -218,8 +229,13 @@ def test_kill_worker_mid_run_loses_and_duplicates_nothing(data, reference):
     def workers():
         return [p for p, cmd in _children(proc.pid) if "spawn_main" in cmd]
 
-    # wait until the pool is working on items: a worker exists and some, not all, cases are recorded
-    _wait_for(lambda: len(workers()) == 2 and 0 < len(statuses(run)) < N_GOOD + len(BAD_CASES), 120, proc)
+    # The bad cases come first and fail fast; the good ones come last and take a while. Strike when
+    # every bad case is recorded and no good one is: then both workers hold a good case.
+    def busy_with_good_cases():
+        st = statuses(run)
+        return len(workers()) == 2 and set(st) == set(BAD_CASES)
+
+    _wait_for(busy_with_good_cases, 120, proc)
     before = set(workers())
     victim = sorted(before)[0]
     os.kill(victim, signal.SIGKILL)

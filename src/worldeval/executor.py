@@ -104,6 +104,10 @@ class ItemError(Exception):
         return {"file": self.file, "field": self.field, "message": self.message, "type": self.kind}
 
 
+class ExecutorStalled(RuntimeError):
+    """Nothing finished for `stall_timeout` seconds (e.g. Ray cannot place any worker)."""
+
+
 class WorkerStartError(RuntimeError):
     """Worker processes die before running any item: a set-up problem, not a problem of the items."""
 
@@ -116,6 +120,13 @@ class WorkerCrashed(ItemError):
 
     def __reduce__(self):
         return (type(self), (self.message, self.file, self.field, self.traceback))
+
+
+class ItemTimeout(WorkerCrashed):
+    """The item ran longer than `item_timeout`; its worker was killed."""
+
+    def __init__(self, message: str, file: str | None = None, field: str | None = None, traceback: str | None = None):
+        ItemError.__init__(self, "ItemTimeout", message, file, field, traceback)
 
 
 def error_record(exc: BaseException) -> dict:
@@ -262,6 +273,46 @@ class _Progress:
             self.bar.stop()
 
 
+@dataclass
+class _Limits:
+    crash_retries: int = 1
+    item_timeout: float | None = None
+    stall_timeout: float | None = None
+
+    def wait_s(self, now: float, started: Iterable[float], last_progress: float) -> float | None:
+        """How long the driver may block before a deadline needs checking (None: no deadline)."""
+        deadlines = []
+        if self.item_timeout:
+            deadlines += [t + self.item_timeout for t in started]
+        if self.stall_timeout:
+            deadlines.append(last_progress + self.stall_timeout)
+        return max(0.0, min(deadlines) - now) + 0.01 if deadlines else None
+
+    def stalled(self, now: float, last_progress: float) -> bool:
+        return bool(self.stall_timeout) and now - last_progress >= self.stall_timeout
+
+
+def _env_seconds(value: float | None, var: str) -> float | None:
+    if value is not None:
+        return float(value) if value > 0 else None
+    raw = os.environ.get(var)
+    if not raw:
+        return None
+    try:
+        v = float(raw)
+    except ValueError as exc:
+        raise ValueError(f"{var} must be a number of seconds, got {raw!r}") from exc
+    return v if v > 0 else None
+
+
+def _crash_error(i_strikes: int, where: str, exitcodes, timed_out: float | None) -> WorkerCrashed:
+    if timed_out:
+        return ItemTimeout(f"item ran longer than {timed_out:g} s; its worker was killed ({where}); "
+                           f"tried {i_strikes} time(s)")
+    return WorkerCrashed(f"worker process died while running this item ({where}; exit codes {exitcodes}); "
+                         f"tried {i_strikes} time(s); rerun to retry")
+
+
 def run_items(
     fn: Callable[[Any], Any],
     items: Iterable[Any],
@@ -275,6 +326,8 @@ def run_items(
     crash_retries: int = 1,
     threads_per_worker: int | None = None,
     start_method: str | None = None,
+    item_timeout: float | None = None,
+    stall_timeout: float | None = None,
 ) -> RunSummary:
     """Apply `fn` to every item; hand each result (or its exception) to `on_result` in this process.
 
@@ -291,6 +344,12 @@ def run_items(
     crash_retries: how many times an item whose worker died is tried again before it is
         reported as WorkerCrashed.
     threads_per_worker: math-library threads per worker; default: CPU count // workers (>= 1).
+    item_timeout: seconds one item may take (counted from when it is handed to a worker); the
+        worker running a slower item is killed and the item handled like a crash, ending as
+        ItemTimeout. Default: env WORLDEVAL_ITEM_TIMEOUT_S, else no limit. Not enforced in-process.
+    stall_timeout: seconds without any item finishing (or Ray worker becoming ready) after which
+        the run stops with ExecutorStalled instead of hanging. Default: env
+        WORLDEVAL_STALL_TIMEOUT_S, else no limit.
     Returns a RunSummary; `results` (input order) is filled only when on_result is None.
     """
     items = list(items)
@@ -300,6 +359,11 @@ def run_items(
         raise ValueError(f"workers must be >= 0, got {workers}")
     if executor == "ray" and workers == 0:
         raise ValueError("workers=0 (in-process) is only available with the local executor")
+    limits = _Limits(
+        crash_retries=crash_retries,
+        item_timeout=_env_seconds(item_timeout, "WORLDEVAL_ITEM_TIMEOUT_S"),
+        stall_timeout=_env_seconds(stall_timeout, "WORLDEVAL_STALL_TIMEOUT_S"),
+    )
     summary = RunSummary(total=len(items), executor=executor, workers=workers)
     collected: list[Any] | None = [None] * len(items) if on_result is None else None
     prog = _Progress(progress, len(items))
@@ -328,10 +392,10 @@ def run_items(
                 deliver(i, *_invoke(fn, item))
         elif executor == "local":
             threads = threads_per_worker or max(1, (os.cpu_count() or 1) // workers)
-            _run_local(fn, items, workers, threads, crash_retries, start_method, deliver, summary)
+            _run_local(fn, items, workers, threads, limits, start_method, deliver, summary)
         else:
             threads = threads_per_worker or max(1, int((resources or {}).get("num_cpus", 1)))
-            _run_ray(fn, items, workers, address, resources, threads, crash_retries, deliver, summary)
+            _run_ray(fn, items, workers, address, resources, threads, limits, deliver, summary)
     finally:
         prog.close()
         summary.wall_s = time.perf_counter() - t0
@@ -339,7 +403,7 @@ def run_items(
     return summary
 
 
-def _run_local(fn, items, workers, threads, crash_retries, start_method, deliver, summary) -> None:
+def _run_local(fn, items, workers, threads, limits: _Limits, start_method, deliver, summary) -> None:
     method = start_method or os.environ.get("WORLDEVAL_START_METHOD") or "spawn"
     ctx = mp.get_context(method)
     if method == "forkserver":
@@ -359,24 +423,73 @@ def _run_local(fn, items, workers, threads, crash_retries, start_method, deliver
     queue = deque(range(len(items)))
     suspects: deque[int] = deque()  # items that were in flight when a worker died
     strikes: Counter[int] = Counter()
-    inflight: dict = {}
+    inflight: dict = {}  # future -> item index
+    handed: dict = {}  # future -> time it was handed out
+    timed_out: set[int] = set()
     start_failures = 0
+    last_progress = time.monotonic()
     pool = new_pool()
+
+    def submit(i: int) -> bool:
+        try:
+            fut = pool.submit(_invoke, fn, items[i])
+        except BrokenProcessPool:
+            # a worker died since the last look (possibly while idle)
+            return False
+        inflight[fut] = i
+        handed[fut] = time.monotonic()
+        return True
+
     try:
         while queue or suspects or inflight:
+            broken = False
             if suspects:
                 # run suspects alone, so a second crash is pinned on the item that causes it
                 if not inflight:
                     i = suspects.popleft()
-                    inflight[pool.submit(_invoke, fn, items[i])] = i
+                    if not submit(i):
+                        suspects.appendleft(i)
+                        broken = True
             else:
                 while queue and len(inflight) < workers:
                     i = queue.popleft()
-                    inflight[pool.submit(_invoke, fn, items[i])] = i
-            done, _ = wait(list(inflight), return_when=FIRST_COMPLETED)
+                    if not submit(i):
+                        queue.appendleft(i)
+                        broken = True
+                        break
+            if broken and not inflight:
+                # The pool broke with nothing in flight: no item is to blame, just start a new one.
+                idle_start = started.value == 0
+                exitcodes = _exitcodes(pool)
+                pool.shutdown(wait=True, cancel_futures=True)
+                summary.pool_restarts += 1
+                start_failures = start_failures + 1 if idle_start else 0
+                if start_failures >= 2:
+                    raise WorkerStartError(_start_error(method, exitcodes))
+                pool = new_pool()
+                continue
+            timeout = limits.wait_s(time.monotonic(), handed.values(), last_progress)
+            done, _ = wait(list(inflight), timeout=timeout, return_when=FIRST_COMPLETED)
+            now = time.monotonic()
+            late = [
+                f for f, t in handed.items() if limits.item_timeout and now - t >= limits.item_timeout and f not in done
+            ]
+            if late:
+                # A pool cannot stop one task: kill its processes; the in-flight items then
+                # take the crash path below (the late ones as ItemTimeout).
+                timed_out.update(inflight[f] for f in late)
+                _kill_pool(pool)
+                more, _ = wait([f for f in inflight if f not in done], timeout=60, return_when=ALL_COMPLETED)
+                done = set(done) | set(more)
+            elif not done:
+                if limits.stalled(now, last_progress):
+                    raise ExecutorStalled(f"no item finished in {limits.stall_timeout:g} s ({len(inflight)} in flight)")
+                continue
+            last_progress = now
             crashed: list[int] = []
             for fut in done:
                 i = inflight.pop(fut)
+                handed.pop(fut, None)
                 _collect(fut, i, deliver, crashed)
             if not crashed:
                 continue
@@ -386,19 +499,15 @@ def _run_local(fn, items, workers, threads, crash_retries, start_method, deliver
                 for fut, i in list(inflight.items()):
                     _collect(fut, i, deliver, crashed)
                 inflight.clear()
+                handed.clear()
             exitcodes = _exitcodes(pool)
             pool.shutdown(wait=True, cancel_futures=True)
             summary.pool_restarts += 1
-            if started.value == 0:
+            if started.value == 0 and not timed_out:
                 # No worker of this pool got as far as an item: the items are not to blame.
                 start_failures += 1
                 if start_failures >= 2:
-                    raise WorkerStartError(
-                        f"worker processes exit before running any item (exit codes {exitcodes}). With the "
-                        f"'{method}' start method each worker re-imports the main module: a script that calls "
-                        "run_items/run_eval must do so under `if __name__ == '__main__':`, and the function and "
-                        "items must be importable/picklable. workers=0 runs in-process to debug this."
-                    )
+                    raise WorkerStartError(_start_error(method, exitcodes))
                 queue.extendleft(sorted(crashed, reverse=True))
                 pool = new_pool()
                 continue
@@ -407,22 +516,36 @@ def _run_local(fn, items, workers, threads, crash_retries, start_method, deliver
             alone = len(crashed) == 1
             for i in sorted(crashed):
                 strikes[i] += 1
-                if strikes[i] > crash_retries:
+                late = limits.item_timeout if i in timed_out else None
+                timed_out.discard(i)
+                if strikes[i] > limits.crash_retries:
                     where = "alone in its worker" if alone else f"with {len(crashed) - 1} other item(s) in flight"
-                    deliver(
-                        i,
-                        "error",
-                        WorkerCrashed(
-                            f"worker process died while running this item ({where}; exit codes {exitcodes}); "
-                            f"tried {strikes[i]} time(s); rerun to retry"
-                        ),
-                    )
+                    deliver(i, "error", _crash_error(strikes[i], where, exitcodes, late))
                 else:
                     suspects.append(i)
     except BaseException:
+        _kill_pool(pool)
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
+
+
+def _start_error(method: str, exitcodes) -> str:
+    return (
+        f"worker processes exit before running any item (exit codes {exitcodes}). With the "
+        f"'{method}' start method each worker re-imports the main module: a script that calls "
+        "run_items/run_eval must do so under `if __name__ == '__main__':`, and the function and "
+        "items must be importable/picklable. workers=0 runs in-process to debug this."
+    )
+
+
+def _kill_pool(pool) -> None:
+    """SIGKILL the pool's worker processes (private API; best effort)."""
+    for proc in list(getattr(pool, "_processes", {}).values()):
+        try:
+            proc.kill()
+        except Exception:
+            pass
 
 
 def _exitcodes(pool) -> list:
@@ -539,7 +662,7 @@ def _ray_capacity(ray, opts: dict) -> tuple[int | None, str]:
     return min(caps)
 
 
-def _run_ray(fn, items, workers, address, resources, threads, crash_retries, deliver, summary) -> None:
+def _run_ray(fn, items, workers, address, resources, threads, limits: _Limits, deliver, summary) -> None:
     try:
         import ray
         from ray.exceptions import RayActorError
@@ -580,9 +703,11 @@ def _run_ray(fn, items, workers, address, resources, threads, crash_retries, del
     idle: deque = deque()
     queue = deque(range(len(items)))
     strikes: Counter[int] = Counter()
-    inflight: dict = {}  # ObjectRef -> (item index, actor)
+    inflight: dict = {}  # ObjectRef -> (item index, actor, time handed out)
+    timed_out: set[int] = set()
     finished = False
     start_failures = 0
+    last_progress = time.monotonic()
 
     def crashed(i: int, actor, exc: BaseException) -> None:
         summary.pool_restarts += 1
@@ -591,9 +716,11 @@ def _run_ray(fn, items, workers, address, resources, threads, crash_retries, del
         if i < 0:
             return
         strikes[i] += 1
-        if strikes[i] > crash_retries:
+        late = limits.item_timeout if i in timed_out else None
+        timed_out.discard(i)
+        if strikes[i] > limits.crash_retries:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            deliver(i, "error", WorkerCrashed(f"Ray worker died while running this item; tried {strikes[i]} time(s): {first}"))
+            deliver(i, "error", _crash_error(strikes[i], f"Ray actor: {first}", [], late))
         else:
             queue.appendleft(i)
 
@@ -602,8 +729,23 @@ def _run_ray(fn, items, workers, address, resources, threads, crash_retries, del
             while queue and idle:
                 i = queue.popleft()
                 actor = idle.popleft()
-                inflight[actor.run.remote(fn, items[i])] = (i, actor)
-            ready, _ = ray.wait(list(inflight) + list(starting), num_returns=1)
+                inflight[actor.run.remote(fn, items[i])] = (i, actor, time.monotonic())
+            timeout = limits.wait_s(time.monotonic(), [t for _, _, t in inflight.values()], last_progress)
+            ready, _ = ray.wait(list(inflight) + list(starting), num_returns=1, timeout=timeout)
+            now = time.monotonic()
+            for ref, (i, actor, t) in inflight.items():
+                if limits.item_timeout and now - t >= limits.item_timeout and ref not in ready and i not in timed_out:
+                    # killing the actor makes its pending result raise RayActorError: the crash path
+                    timed_out.add(i)
+                    _kill(ray, actor)
+            if not ready:
+                if not timed_out and limits.stalled(now, last_progress):
+                    raise ExecutorStalled(
+                        f"no item finished in {limits.stall_timeout:g} s ({len(inflight)} in flight, "
+                        f"{len(starting)} Ray worker(s) not yet placed; cluster resources: {ray.available_resources()})"
+                    )
+                continue
+            last_progress = now
             for ref in ready:
                 if ref in starting:
                     actor = starting.pop(ref)
@@ -617,7 +759,7 @@ def _run_ray(fn, items, workers, address, resources, threads, crash_retries, del
                         continue
                     idle.append(actor)
                     continue
-                i, actor = inflight.pop(ref)
+                i, actor, _ = inflight.pop(ref)
                 try:
                     status, payload, seconds = ray.get(ref)
                 except RayActorError as exc:
@@ -632,7 +774,7 @@ def _run_ray(fn, items, workers, address, resources, threads, crash_retries, del
                 deliver(i, status, payload, seconds)
         finished = True
     finally:
-        for _, actor in inflight.values():
+        for _, actor, _ in inflight.values():
             _kill(ray, actor)
         if started:
             ray.shutdown()
