@@ -488,7 +488,8 @@ def _confirm_extras(bank, obs, assoc, projs, visibility, appearance, cam: Camera
         attributable = False
         for i in range(len(bank)):
             if assoc.match[i] is None and visibility[i] in (P.OCCLUDED, P.OUT_OF_VIEW, P.UNKNOWN, P.TOO_SMALL):
-                if np.isfinite(sim[i, j]) and sim[i, j] >= config.association_threshold:
+                # it could be that instance (which we cannot account for) unless it clearly looks like another one
+                if np.isfinite(sim[i, j]) and sim[i, j] >= max(config.association_threshold, conf - config.extra_margin):
                     attributable = True
                     break
         if attributable:

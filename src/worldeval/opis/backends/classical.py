@@ -89,21 +89,39 @@ class SiftMatcher:
         y = np.clip(np.round(feats.xy[:, 1]).astype(int), 0, H - 1)
         return np.flatnonzero(mask[y, x])
 
-    def match_indices(self, f0: Features, idx0: np.ndarray, f1: Features, idx1: np.ndarray, ratio: float | None = None):
-        """Ratio-test matches between keypoint subsets; returns (i0, i1, distance) into the full keypoint arrays."""
+    def match_indices(
+        self, f0: Features, idx0: np.ndarray, f1: Features, idx1: np.ndarray, ratio: float | None = None,
+        copies_apart: float | None = None,
+    ):
+        """Ratio-test matches between keypoint subsets; returns (i0, i1, distance) into the full keypoint arrays.
+
+        With `copies_apart` (pixels), a keypoint whose two nearest neighbours are equally good but
+        lie at least that far apart keeps both (when the third is clearly worse): the plain ratio
+        test would discard exactly the keypoints of an object that appears twice.
+        """
         import cv2
 
         ratio = self.ratio if ratio is None else ratio
         if len(idx0) == 0 or len(idx1) < 2:
             return np.zeros(0, int), np.zeros(0, int), np.zeros(0)
         bf = cv2.BFMatcher(cv2.NORM_L2)
-        knn = bf.knnMatch(f0.desc[idx0], f1.desc[idx1], k=2)
+        k = 3 if copies_apart and len(idx1) >= 3 else 2
+        knn = bf.knnMatch(f0.desc[idx0], f1.desc[idx1], k=k)
         a, b, d = [], [], []
         for m in knn:
-            if len(m) == 2 and m[0].distance < ratio * m[1].distance:
+            if len(m) < 2:
+                continue
+            if m[0].distance < ratio * m[1].distance:
                 a.append(idx0[m[0].queryIdx])
                 b.append(idx1[m[0].trainIdx])
                 d.append(m[0].distance)
+            elif k == 3 and len(m) == 3 and m[1].distance < ratio * m[2].distance:
+                p, q = f1.xy[idx1[m[0].trainIdx]], f1.xy[idx1[m[1].trainIdx]]
+                if float(np.hypot(*(p - q))) >= copies_apart:
+                    for mm in m[:2]:
+                        a.append(idx0[mm.queryIdx])
+                        b.append(idx1[mm.trainIdx])
+                        d.append(mm.distance)
         return np.array(a, int), np.array(b, int), np.array(d, float)
 
     def match(self, img0, img1, mask0=None, mask1=None) -> Correspondences:
@@ -212,7 +230,8 @@ class SearchSegmenter:
     def _feature_route(self, bank, i, info, f0, f1, idx1, shape) -> list[Observation]:
         import cv2
 
-        i0, i1, _ = self.matcher.match_indices(f0, info["kp_idx"], f1, idx1)
+        x, y, w, h = info["box"]
+        i0, i1, _ = self.matcher.match_indices(f0, info["kp_idx"], f1, idx1, copies_apart=0.5 * max(w, h))
         obs = []
         if len(i0) < self.min_inliers:
             return obs
