@@ -282,3 +282,18 @@ def test_container_with_annotated_contents_is_not_a_target(tmp_path):
     t = choose_target(case, SynthConfig())
     assert t["rejected"]["tray"] == "holds other instances (disc)"
     assert t["instance_id"] != "tray"
+
+
+def test_duplicate_keeps_clear_of_the_original(tmp_path):
+    case = _case(tmp_path)
+    rec = choose_target(case, SynthConfig())
+    from worldeval.opis.synth import _duplicate_spot
+
+    traj = PanTrajectory()
+    seen = always_seen(case.shape, case.intrinsics(), traj, traj.sampled())
+    spot = _duplicate_spot(case, rec["instance_id"], seen, SynthConfig())
+    x, y, w, h = rec["bbox"]
+    pad = round(0.15 * max(w, h))
+    ys, xs = np.nonzero(spot["mask"])
+    inside = (xs >= x - pad) & (xs < x + w + pad) & (ys >= y - pad) & (ys < y + h + pad)
+    assert not inside.any()

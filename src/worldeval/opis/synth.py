@@ -37,7 +37,7 @@ from worldeval.media import sample_frame_indices, write_video
 from worldeval.opis.case import Case, rotation_from_angles
 
 # Bump when a change alters the rendered clips or the target choice, so resumed runs re-render.
-SYNTH_VERSION = 2
+SYNTH_VERSION = 3
 INTERVENTIONS = ("faithful", "removed", "recoloured", "squeezed", "duplicated", "other_scene")
 # share of a mask's pixels that must project inside the frame for it to count as in view
 IN_VIEW_SHARE = 0.75
@@ -302,16 +302,22 @@ def _duplicate_spot(case: Case, target_id: str, seen: np.ndarray, cfg: SynthConf
         for iid, m in case.masks.items()
         if iid != target_id and iid in static and m.sum() / total >= cfg.support_area
     }
-    strict = np.zeros(case.shape, bool)
+    # The copy keeps clear of the original by 15% of its size, so it reads as a second object
+    # and not as a continuation of the first.
+    x, y, w, h = _box(target)
+    pad = int(round(0.15 * max(w, h)))
+    near = np.zeros(case.shape, bool)
+    near[max(0, y - pad) : y + h + pad, max(0, x - pad) : x + w + pad] = True
+    strict = near.copy()
     for m in case.masks.values():
-        strict |= m
-    spot = find_free_spot(target, _dilate(strict, 6), seen)
+        strict |= _dilate(m, 6)
+    spot = find_free_spot(target, strict, seen)
     if spot is not None:
         spot["on_support"] = None
         return spot
     if not supports:
         return None
-    loose = _dilate(target, 6)
+    loose = near | _dilate(target, 6)
     for iid, m in case.masks.items():
         if iid not in supports:
             loose |= _dilate(m, 6)
