@@ -51,6 +51,7 @@ class EvalConfig(BaseModel):
     skip_seconds: float = 1.0
     max_side: int | None = None  # decode frames at most this large (None: native size)
     foreign_min_appearance: float = 0.5  # appearance needed to match an observation another instance's search found
+    weak_tie_affinity: float = 0.5  # a static instance's ambiguity between finds all below this counts as missing
     ungated_min_appearance: float = 0.5  # appearance a static instance needs when no reliable camera gates it
     gate_tolerance: float = 0.05  # geometric gate margin, share of the frame diagonal
     min_in_view: float = 0.5  # share of projected query points inside the frame to count as in view
@@ -277,7 +278,7 @@ def _evaluate_frame(bank: ReferenceBank, frame: np.ndarray, backend: Backend, co
                 for w in owners:
                     provenance[id_index[w], j] = True
         # A static instance that the camera places must also show its own keypoints where a
-        # template-only find claims it (an inpainted smear can look right in colour); only
+        # template-only (or weak SIFT-cluster) find claims it (an inpainted smear can look right in colour); only
         # texture-poor instances, which cannot show enough keypoints, are exempt.
         if cam.reliable:
             for i in range(n):
@@ -287,7 +288,8 @@ def _evaluate_frame(bank: ReferenceBank, frame: np.ndarray, backend: Backend, co
                 if need == 0:
                     continue
                 for j, o in enumerate(obs):
-                    if not gates[i, j] or getattr(o, "feature_score", 0.0) > 0 or o.source.startswith("projection:"):
+                    firm = getattr(o, "feature_score", 0.0) >= config.extra_feature_score  # >= 8 SIFT inliers
+                    if not gates[i, j] or firm or o.source.startswith("projection:"):
                         continue
                     if _keypoint_support(bank, i, frame, cam, backend.matcher, o.box) < need:
                         gates[i, j] = False
@@ -312,13 +314,14 @@ def _evaluate_frame(bank: ReferenceBank, frame: np.ndarray, backend: Backend, co
             foreign_min_appearance=config.foreign_min_appearance,
             instance_min_appearance=inst_floor,
         )
+        ambiguous = [bool(assoc.ambiguous[i]) and not _weak_static_tie(bank, i, projs, assoc, config) for i in range(n)]
         visibility, appearance = [], []
         for i in range(n):
             j = assoc.match[i]
             if j is not None:
                 visibility.append(P.EXPECTED)
                 appearance.append(max(0.0, float(assoc.similarity[i, j])))
-            elif assoc.ambiguous[i]:
+            elif ambiguous[i]:
                 visibility.append(P.UNKNOWN)
                 appearance.append(None)
             elif bank.tracks[i] == "static" and projs[i] is not None:
@@ -346,7 +349,7 @@ def _evaluate_frame(bank: ReferenceBank, frame: np.ndarray, backend: Backend, co
                 "track": bank.tracks[i],
                 "visibility": visibility[i],
                 "matched": j is not None,
-                "ambiguous": bool(assoc.ambiguous[i]),
+                "ambiguous": ambiguous[i],
                 "extra": False,
                 "appearance": appearance[i],
                 "structure": structure[i],
@@ -357,7 +360,7 @@ def _evaluate_frame(bank: ReferenceBank, frame: np.ndarray, backend: Backend, co
             status, box = "matched", obs[j].box
             if keep is not None:
                 keep[(fidx, bank.ids[i])] = obs[j].mask
-        elif assoc.ambiguous[i]:
+        elif ambiguous[i]:
             status, box = "ambiguous", None
         else:
             status = {"expected_visible": "missing"}.get(visibility[i], visibility[i])
@@ -390,6 +393,16 @@ def _evaluate_frame(bank: ReferenceBank, frame: np.ndarray, backend: Backend, co
             {"instance_id": None, "category": obs[j].category, "status": "extra", "box": _box_list(obs[j].box), "appearance": None, "structure": None}
         )
     return recs, objs
+
+
+def _weak_static_tie(bank, i, projs, assoc, config) -> bool:
+    """A tie between weak candidates for a static instance the camera places in view is no evidence
+    that the object is there: it is reported by its projection (missing), not as unknown."""
+    if bank.tracks[i] != "static" or projs[i] is None or projs[i].state != P.EXPECTED:
+        return False
+    row = assoc.affinity[i]
+    best = np.nanmax(row) if np.isfinite(row).any() else 0.0
+    return bool(best < config.weak_tie_affinity)
 
 
 def _support_needed(bank, i, cam, shape, min_correspondences: int) -> int:
