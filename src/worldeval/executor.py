@@ -1,6 +1,7 @@
 """Run one function over many items, locally (process pool) or on a Ray cluster.
 
-This is the seam `opis eval`, `opis validate` and `worldcast judge` share:
+This is the seam `opis eval` and `opis validate` share (`worldcast judge` waits on an
+HTTP endpoint rather than computing, so it uses threads; see docs/running-at-scale.md):
 
     run_items(fn, items, workers=N, executor="local" | "ray", on_result=callback)
 
@@ -13,6 +14,8 @@ This is the seam `opis eval`, `opis validate` and `worldcast judge` share:
   exception carried them); a worker process that dies (segfault, OOM killer,
   `kill -9`) becomes a `WorkerCrashed` for the items it was running, after
   `crash_retries` retries, and the pool is rebuilt so the rest goes on.
+  `item_timeout` turns a hung item into an `ItemTimeout` the same way;
+  `stall_timeout` stops a run that makes no progress (`ExecutorStalled`).
 
 Local executor choices:
 * Worker processes are started with `spawn` (default; `start_method=` or the
@@ -47,7 +50,7 @@ from collections import Counter, deque
 from concurrent.futures import FIRST_COMPLETED, ALL_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable
 
 EXECUTORS = ("local", "ray")
 
@@ -343,7 +346,8 @@ def run_items(
     progress: None, True (a progress bar on stderr) or a callable(n_finished, n_total).
     crash_retries: how many times an item whose worker died is tried again before it is
         reported as WorkerCrashed.
-    threads_per_worker: math-library threads per worker; default: CPU count // workers (>= 1).
+    threads_per_worker: math-library threads per worker; default: env WORLDEVAL_THREADS_PER_WORKER,
+        else CPU count // workers (local) or the actor's num_cpus (Ray).
     item_timeout: seconds one item may take (counted from when it is handed to a worker); the
         worker running a slower item is killed and the item handled like a crash, ending as
         ItemTimeout. Default: env WORLDEVAL_ITEM_TIMEOUT_S, else no limit. Not enforced in-process.
@@ -383,6 +387,8 @@ def run_items(
             collected[idx] = payload
         prog.step()
 
+    if threads_per_worker is None and os.environ.get("WORLDEVAL_THREADS_PER_WORKER"):
+        threads_per_worker = int(os.environ["WORLDEVAL_THREADS_PER_WORKER"])
     t0 = time.perf_counter()
     try:
         if not items:
