@@ -428,10 +428,13 @@ def _support_needed(bank, i, cam, shape, min_correspondences: int) -> int:
 
 
 def _keypoint_support(bank, i, frame, cam, matcher, box) -> int:
-    return _projection_support(bank, i, frame, cam, matcher, SimpleNamespace(box=box))
+    # consistency among themselves instead of with the camera: the find is already gated by the
+    # camera, and an object standing off the homography's plane (no depth) lands away from the
+    # plane's prediction
+    return _projection_support(bank, i, frame, cam, matcher, SimpleNamespace(box=box), check_camera=False)
 
 
-def _projection_support(bank, i, frame, cam, matcher, pr) -> int:
+def _projection_support(bank, i, frame, cam, matcher, pr, check_camera: bool = True) -> int:
     """Number of the instance's I0 keypoints matched inside its projected box and landing where the camera predicts."""
     H1, W1 = frame.shape[:2]
     x, y, w, h = pr.box
@@ -441,6 +444,18 @@ def _projection_support(bank, i, frame, cam, matcher, pr) -> int:
     corr = matcher.match(bank.image, frame, mask0=bank.masks[i], mask1=m1)
     if len(corr.pts0) == 0:
         return 0
+    if not check_camera:
+        # matches restricted to a small box pass the ratio test easily; only a set that moves
+        # together (one similarity transform) is evidence of the object
+        if len(corr.pts0) < 3:
+            return int(len(corr.pts0))
+        import cv2
+
+        _, inl = cv2.estimateAffinePartial2D(
+            corr.pts0.astype(np.float32), corr.pts1.astype(np.float32), method=cv2.RANSAC,
+            ransacReprojThreshold=max(3.0, 0.05 * float(np.hypot(w, h))),
+        )
+        return 0 if inl is None else int(inl.sum())
     pred, _ = cam.project(corr.pts0)
     err = np.linalg.norm(pred - corr.pts1, axis=1)
     tol = max(4.0, 0.1 * float(np.hypot(w, h)))
