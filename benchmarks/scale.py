@@ -30,6 +30,12 @@ sys.path.insert(0, str(REPO / "tests"))
 from test_faults_data import make_dataset  # noqa: E402
 
 MODEL = "toy"
+SLEEP_S = 0.2
+
+
+def _sleep_item(x: int) -> int:
+    time.sleep(SLEEP_S)
+    return x
 
 
 def _archive(run_dir: Path):
@@ -61,13 +67,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--repeat", type=int, default=2,
                     help="runs per configuration; the fastest counts (shared machines are noisy)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="math-library threads per worker, the same for local and Ray (0: executor defaults)")
+    ap.add_argument("--overhead-items", type=int, default=20,
+                    help="also time this many 0.2 s sleep items (no CPU): the executors' own cost (0: skip)")
     ap.add_argument("--no-ray", action="store_true")
     ap.add_argument("--keep", type=Path, default=None, help="keep data and runs in this folder")
     args = ap.parse_args(argv)
 
+    if args.threads:
+        # Ray actors default to one thread each; give local workers the same, or the comparison
+        # measures thread counts rather than executors.
+        os.environ["WORLDEVAL_THREADS_PER_WORKER"] = str(args.threads)
     root = args.keep or Path(tempfile.mkdtemp(prefix="worldeval-scale-"))
     dataset, rollouts = make_dataset(root, args.cases, size=args.size, seconds=args.seconds, fps=args.fps, model=MODEL)
-    print(f"data: {args.cases} cases, {args.size}px, {args.seconds:g}s at {args.fps} fps; cpus={os.cpu_count()}")
+    print(f"data: {args.cases} cases, {args.size}px, {args.seconds:g}s at {args.fps} fps; cpus={os.cpu_count()}, "
+          f"load average {os.getloadavg()[0]:.1f}")
 
     rows: list[tuple[str, int, float, int]] = []
     reference = None
@@ -93,8 +108,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {label:<10} workers={workers}: {wall:7.2f} s (runs: {', '.join(f'{w:.1f}' for w in walls)}), "
               f"{frames} sampled frames, {frames / wall:6.2f} frames/s", flush=True)
 
-    for w in args.workers:
-        add("local", w, measure("local", w, "local", max(1, args.repeat)))
+    overhead: list[tuple[str, int, float]] = []
+
+    def sleeps(label: str, executor: str) -> None:
+        from worldeval.executor import run_items
+
+        n = args.overhead_items
+        for w in args.workers:
+            t0 = time.perf_counter()
+            run_items(_sleep_item, range(n), workers=w, executor=executor)
+            overhead.append((label, w, time.perf_counter() - t0 - n * SLEEP_S / w))
+
     ray_start = None
     if not args.no_ray:
         import ray
@@ -105,15 +129,29 @@ def main(argv: list[str] | None = None) -> int:
                  runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}})
         ray_start = time.perf_counter() - t0
         print(f"  ray cluster start-up: {ray_start:.2f} s (not counted below)")
-        try:
-            for w in args.workers:
+    try:
+        for w in args.workers:
+            # Local and Ray runs alternate, so a change in the machine's load hits both alike.
+            local_walls, ray_walls = [], []
+            if not args.no_ray:
                 from worldeval.executor import shutdown_workers
 
-                shutdown_workers()  # cold: new actors, models loaded again, as for local
-                walls = measure("ray", w, "ray", 1 + max(1, args.repeat - 1))
-                add("ray cold", w, walls[:1])
-                add("ray warm", w, walls[1:])
-        finally:
+                shutdown_workers()  # cold: new actors, models loaded again, as the local pool does
+            for _ in range(max(1, args.repeat)):
+                local_walls += measure("local", w, "local", 1)
+                if not args.no_ray:
+                    ray_walls += measure("ray", w, "ray", 1)
+            add("local", w, local_walls)
+            if ray_walls:
+                add("ray cold", w, ray_walls[:1])
+                if len(ray_walls) > 1:
+                    add("ray warm", w, ray_walls[1:])
+        if args.overhead_items:
+            sleeps("local", "local")
+            if not args.no_ray:
+                sleeps("ray warm", "ray")
+    finally:
+        if not args.no_ray:
             ray.shutdown()
 
     base = {lbl: wall for lbl, w, wall, _ in rows if w == min(args.workers) and lbl == "local"}["local"]
@@ -125,6 +163,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{lbl:<10} {w:>7} {wall:8.2f} {frames / wall:9.2f} {base / wall:8.2f}x {over}")
     if ray_start is not None:
         print(f"ray cluster start-up {ray_start:.2f} s; 'vs local' is the Ray run's extra wall time on the same work")
+    if overhead:
+        print()
+        print(f"executor cost on {args.overhead_items} sleep items of {SLEEP_S} s (wall minus ideal; no CPU needed):")
+        for lbl, w, extra in overhead:
+            print(f"  {lbl:<9} workers={w}: {extra:+6.2f} s ({extra / args.overhead_items * 1000:+.0f} ms per item)")
+    print(f"load average at the end {os.getloadavg()[0]:.1f} (other processes share these cores)")
     if args.keep is None:
         shutil.rmtree(root, ignore_errors=True)
     return 0
