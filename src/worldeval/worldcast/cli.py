@@ -15,13 +15,15 @@ def _fail(msg: str) -> None:
     raise typer.Exit(2)
 
 
-def _default_cache() -> Path:
-    root = os.environ.get("WORLDEVAL_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "worldeval")
-    return Path(root) / "judge_cache.sqlite"
+def _default_cache(run_dir: Path) -> Path:
+    # Inside the run folder by default, so a run writes nothing elsewhere; point
+    # WORLDEVAL_CACHE_DIR (or --cache) at a shared folder to reuse paid answers across runs.
+    root = os.environ.get("WORLDEVAL_CACHE_DIR")
+    return (Path(root) if root else Path(run_dir)) / "judge_cache.sqlite"
 
 
 def _make_client(base_url, judge_model, api_key, concurrency, timeout, max_attempts, seed, json_mode, cache, no_cache,
-                 backoff, image_max_side):
+                 backoff, image_max_side, out: Path):
     from worldeval.judge import JudgeCache, JudgeClient, JudgeConfig
 
     try:
@@ -32,7 +34,7 @@ def _make_client(base_url, judge_model, api_key, concurrency, timeout, max_attem
         )
     except ValueError as exc:
         _fail(str(exc))
-    jc = None if no_cache else JudgeCache(cache or _default_cache())
+    jc = None if no_cache else JudgeCache(cache or _default_cache(out))
     return JudgeClient(cfg, jc)
 
 
@@ -53,7 +55,7 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0, "--seed", help="Sampling seed sent to servers that take one."),
         json_mode: bool = typer.Option(True, "--json-mode/--no-json-mode", help="Ask for a JSON response format."),
         image_max_side: int = typer.Option(1024, "--image-max-side", help="Downscale larger images before sending (0: never)."),
-        cache: Optional[Path] = typer.Option(None, "--cache", help="SQLite answer cache (default ~/.cache/worldeval/judge_cache.sqlite)."),
+        cache: Optional[Path] = typer.Option(None, "--cache", help="SQLite answer cache (default RUN_DIR/judge_cache.sqlite, or $WORLDEVAL_CACHE_DIR)."),
         no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the answer cache."),
         step_accuracy: bool = typer.Option(False, "--step-accuracy", help="Also judge each step on its own (designated-step accuracy)."),
         keyframes: str = typer.Option("changepoint", "--keyframes", help="Video keyframe selector: changepoint (no model) or agentic (asks the judge endpoint)."),
@@ -67,7 +69,7 @@ def register(app: typer.Typer) -> None:
         from worldeval.worldcast.keyframes import AgenticSelector, ChangePointSelector
 
         client = _make_client(base_url, judge_model, api_key, concurrency, timeout, max_attempts, seed, json_mode,
-                              cache, no_cache, backoff, image_max_side)
+                              cache, no_cache, backoff, image_max_side, out)
         if keyframes == "changepoint":
             selector = ChangePointSelector()
         elif keyframes == "agentic":
@@ -78,7 +80,7 @@ def register(app: typer.Typer) -> None:
             res = run_judge(dataset, outputs, model, out, client, step_accuracy=step_accuracy,
                             keyframe_selector=selector, case_ids=list(case) or None,
                             progress=None if quiet else (lambda s: typer.echo(s, err=True)),
-                            extra_config={"cache": None if no_cache else str(cache or _default_cache())})
+                            extra_config={"cache": None if no_cache else str(cache or _default_cache(out))})
         except (CaseError, ValueError) as exc:
             _fail(str(exc))
         finally:
