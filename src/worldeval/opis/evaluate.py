@@ -508,10 +508,15 @@ def _confirm_extras(bank, obs, assoc, projs, visibility, appearance, cam: Camera
         # a weak find counts only as a second copy of an object matched elsewhere in the frame
         if not strong and (appearance[i_best] is None or conf < appearance[i_best] - config.extra_margin):
             continue
-        # only a find backed by the instance's own keypoints may stand inside a larger object (a copy on a table)
-        if any(_same_place(o.mask, obs[k].mask, by_features) for k in matched):
+        # A strong find may stand inside a larger object (a copy on a table), but never inside the
+        # object it resembles: then it is a piece of that object found again.
+        own = assoc.match[i_best]
+        if any(_same_place(o.mask, obs[k].mask, strong and k != own) for k in matched):
             continue
-        if any(pr is not None and pr.mask is not None and _same_place(o.mask, pr.mask, by_features) for pr in projs):
+        if any(
+            pr is not None and pr.mask is not None and _same_place(o.mask, pr.mask, strong and i != i_best)
+            for i, pr in enumerate(projs)
+        ):
             continue
         attributable = False
         for i in range(len(bank)):
