@@ -24,7 +24,7 @@ def register(app: typer.Typer) -> None:
         yaw: float = typer.Option(12.0, "--yaw", help="Peak camera turn to the right, degrees."),
         pitch: float = typer.Option(3.0, "--pitch", help="Peak camera turn upwards, degrees."),
         target_policy: str = typer.Option("sized", "--target-policy", help="How the edited object is picked: sized | largest | colourful."),
-        force: bool = typer.Option(False, "--force", help="Render the rollouts again even if they exist."),
+        force: bool = typer.Option(False, "--force", help="Render the rollouts again and re-evaluate them all (use after changing the evaluator: its resume only tracks settings)."),
         as_json: bool = typer.Option(False, "--json", help="Print the result JSON instead of the table."),
         strict: bool = typer.Option(False, "--strict", help="Exit with status 1 when a pass rate is below the requirement."),
     ) -> None:
