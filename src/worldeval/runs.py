@@ -14,21 +14,22 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from worldeval import __version__
 
 SECRET_KEYS = {"api_key", "apikey", "openai_api_key", "authorization", "token", "secret"}
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+def atomic_write_via(path: str | Path, write: Callable[[str], None]) -> Path:
+    """Let `write(tmp_path)` produce the file, fsync it, then rename it into place."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
+        write(tmp)
+        with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
@@ -38,6 +39,14 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
             pass
         raise
     return path
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+
+    return atomic_write_via(path, write)
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:

@@ -26,6 +26,8 @@ user can tell it from measured depth.
 
 from __future__ import annotations
 
+from worldeval.errors import InputError
+
 import hashlib
 import json
 import math
@@ -49,14 +51,9 @@ from worldeval.opis.case import (
 SEGMENTERS = ("grabcut", "hf")
 
 
-class AnnotateError(Exception):
+class AnnotateError(InputError):
     """Bad annotation input; names the file (or option) and the field."""
 
-    def __init__(self, file: str | Path, field: str, message: str):
-        self.file = str(file)
-        self.field = field
-        self.reason = message
-        super().__init__(f"{self.file}: {field}: {message}")
 
 
 @dataclass

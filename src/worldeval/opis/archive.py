@@ -24,9 +24,7 @@ computation rather than "no evidence".
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -95,21 +93,9 @@ class ArchiveError(ValueError):
 
 
 def _atomic_write_table(table: pa.Table, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        pq.write_table(table, tmp, compression="zstd")
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    return path
+    from worldeval.runs import atomic_write_via
+
+    return atomic_write_via(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
 
 
 def to_table(data: pd.DataFrame | pa.Table) -> pa.Table:

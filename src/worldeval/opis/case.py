@@ -7,6 +7,8 @@ on, so perception code can trust a `Case` without re-checking it.
 
 from __future__ import annotations
 
+from worldeval.errors import InputError
+
 import json
 import math
 from dataclasses import dataclass, field
@@ -23,14 +25,9 @@ BBOX_TOLERANCE_PX = 3.0
 BBOX_TOLERANCE_FRAC = 0.05
 
 
-class CaseError(Exception):
+class CaseError(InputError):
     """A case that cannot be used. Names the file and the field at fault."""
 
-    def __init__(self, file: str | Path, field: str, message: str):
-        self.file = str(file)
-        self.field = field
-        self.reason = message
-        super().__init__(f"{self.file}: {field}: {message}")
 
 
 class Claim(BaseModel):

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from worldeval.opis.backends.base import Backend, Correspondences, Observation
+from worldeval.opis.perception.association import box_iou
 from worldeval.opis.perception.embedding import EfficientNetColourEmbedder
 
 
@@ -151,14 +152,6 @@ def _nms_peaks(res: np.ndarray, k: int, radius: tuple[int, int]) -> list[tuple[f
     return out
 
 
-def _box_iou(a, b) -> float:
-    ax0, ay0, aw, ah = a
-    bx0, by0, bw, bh = b
-    ix = max(0.0, min(ax0 + aw, bx0 + bw) - max(ax0, bx0))
-    iy = max(0.0, min(ay0 + ah, by0 + bh) - max(ay0, by0))
-    inter = ix * iy
-    union = aw * ah + bw * bh - inter
-    return inter / union if union > 0 else 0.0
 
 
 class SearchSegmenter:
@@ -316,7 +309,7 @@ class SearchSegmenter:
             if v < 0.2:
                 break
             box = (bx, by, bw, bh)
-            if any(_box_iou(box, k) > 0.3 for k in kept_boxes):
+            if any(box_iou(box, k) > 0.3 for k in kept_boxes):
                 continue
             kept_boxes.append(box)
             mask = _place_mask(info["tmask"], box, (Hh, Ww))
@@ -367,7 +360,7 @@ def _spread(found: list, k: int) -> list:
     for r in found:
         if len(out) >= k:
             break
-        if any(_box_iou(r[1:], o[1:]) > 0.3 for o in out):
+        if any(box_iou(r[1:], o[1:]) > 0.3 for o in out):
             continue
         out.append(r)
     return out
@@ -403,7 +396,7 @@ def _dedupe(cands: list[Observation], iou: float = 0.75) -> list[Observation]:
     kept: list[Observation] = []
     for k in order:
         c = cands[k]
-        twin = next((o for o in kept if _box_iou(c.box, o.box) > iou), None)
+        twin = next((o for o in kept if box_iou(c.box, o.box) > iou), None)
         if twin is not None:
             # the kept observation was found by both searches; association must know (provenance)
             found = list(getattr(twin, "found_for", [twin.source.partition(":")[2]]))

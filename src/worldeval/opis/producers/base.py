@@ -7,6 +7,8 @@ else (which cases, resuming, recording failures, the manifest) lives in
 
 from __future__ import annotations
 
+from worldeval.errors import InputError
+
 import json
 import time
 import traceback
@@ -18,14 +20,9 @@ from worldeval.opis.case import Case, CaseError, iter_case_dirs, load_case
 from worldeval.runs import atomic_write_json, base_manifest
 
 
-class ProduceError(Exception):
+class ProduceError(InputError):
     """A case the producer could not turn into a rollout (recorded, the run continues)."""
 
-    def __init__(self, file: str | Path, field: str, message: str):
-        self.file = str(file)
-        self.field = field
-        self.reason = message
-        super().__init__(f"{self.file}: {field}: {message}")
 
 
 @dataclass
