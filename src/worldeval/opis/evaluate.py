@@ -105,8 +105,13 @@ class ItemResult:
 
 
 class _Timer:
+    """Seconds per stage, summed over frames (with frame threads: CPU-side time, not wall)."""
+
     def __init__(self):
+        import threading
+
         self.t = {k: 0.0 for k in STAGES}
+        self._lock = threading.Lock()
 
     @contextmanager
     def __call__(self, stage: str):
@@ -114,7 +119,9 @@ class _Timer:
         try:
             yield
         finally:
-            self.t[stage] = self.t.get(stage, 0.0) + time.perf_counter() - t0
+            dt = time.perf_counter() - t0
+            with self._lock:
+                self.t[stage] = self.t.get(stage, 0.0) + dt
 
 
 # ----------------------------------------------------------------------------- backends
@@ -157,6 +164,24 @@ def reference_for(case: Case, backend: Backend) -> ReferenceBank:
 # ----------------------------------------------------------------------------- one rollout
 
 
+def _frame_threads() -> int:
+    """Frames measured at once inside one rollout.
+
+    WORLDEVAL_FRAME_THREADS overrides. By default two in the main process (a single
+    rollout, the demo, a benchmark) and one inside pool workers, which already
+    share the cores between rollouts.
+    """
+    import multiprocessing
+    import os
+
+    env = os.environ.get("WORLDEVAL_FRAME_THREADS")
+    if env:
+        return max(1, int(env))
+    if multiprocessing.parent_process() is not None:
+        return 1
+    return max(1, min(2, os.cpu_count() or 1))
+
+
 def evaluate_rollout(
     case: Case, video: str | Path, model: str, backend: Backend, config: EvalConfig | None = None, judge=None,
     keep_masks: bool = False,
@@ -177,9 +202,23 @@ def evaluate_rollout(
     rows: list[dict] = []
     frame_records: list[dict] = []
     masks: dict = {}
-    for fidx, frame in zip(sampled.indices, sampled.frames):
+    def one(fidx_frame):
+        fidx, frame = fidx_frame
+        return _evaluate_frame(bank, frame, backend, config, timer, judge, masks if keep_masks else None, int(fidx))
+
+    # Sampled frames are measured independently; OpenCV and torch release the GIL, so two
+    # frames in flight use both cores of a small machine. Results do not depend on the order.
+    threads = _frame_threads()
+    pairs = list(zip(sampled.indices, sampled.frames))
+    if threads > 1 and len(pairs) > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            results = list(pool.map(one, pairs))
+    else:
+        results = [one(p) for p in pairs]
+    for (fidx, _frame), (recs, objs) in zip(pairs, results):
         t_s = fidx / info.fps
-        recs, objs = _evaluate_frame(bank, frame, backend, config, timer, judge, masks if keep_masks else None, int(fidx))
         for r in recs:
             r["frame"] = int(fidx)
             r["time_s"] = float(t_s)
