@@ -203,7 +203,12 @@ def evaluate_rollout(
     frame_records: list[dict] = []
     masks: dict = {}
     def one(fidx_frame):
+        import cv2
+
         fidx, frame = fidx_frame
+        # OpenCV's RANSAC draws from a per-thread generator; seeding it per frame makes a
+        # frame's measurements independent of which thread or worker ran the frames before it.
+        cv2.setRNGSeed(int(config.seed) + int(fidx))
         return _evaluate_frame(bank, frame, backend, config, timer, judge, masks if keep_masks else None, int(fidx))
 
     # Sampled frames are measured independently; OpenCV and torch release the GIL, so two
