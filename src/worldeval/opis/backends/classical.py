@@ -168,8 +168,10 @@ class SearchSegmenter:
         feature_clusters: int = 2,
         min_inliers: int = 5,
         firm_cluster: float = 0.6,
+        copy_peak: float = 0.8,
     ):
         self.firm_cluster = firm_cluster  # feature-route score n/(n+10): 0.6 = 15 inliers
+        self.copy_peak = copy_peak  # coarse template correlation a copy of a firmly placed object must reach
         self.matcher = matcher
         self.template_side = template_side
         self.scales = scales
@@ -211,10 +213,12 @@ class SearchSegmenter:
         for i, info in enumerate(prep["per"]):
             cands = self._feature_route(bank, i, info, prep["f0"], f1, all_idx1, frame.shape[:2])
             seeds = [(o.score, o.box[0], o.box[1], o.box[2], o.box[3]) for o in cands]
-            # A static object already found by a firm SIFT cluster needs no scan of the whole frame
-            # (a copy of it would show as a second cluster); dynamic and texture-poor ones do.
-            scan = bank.tracks[i] != "static" or not any(o.score >= self.firm_cluster for o in cands)
-            cands += self._template_route(bank, i, info, frame, small_frames, seeds, scan=scan)
+            # A static object already found by a firm SIFT cluster is placed; the scan of the whole
+            # frame then only looks for a copy of it, which must correlate strongly (a copy at
+            # another scale often shows too few of the instance's keypoints for a second cluster).
+            firm = bank.tracks[i] == "static" and any(o.score >= self.firm_cluster for o in cands)
+            min_peak = self.copy_peak if firm else None
+            cands += self._template_route(bank, i, info, frame, small_frames, seeds, min_peak=min_peak)
             out.extend(_dedupe(cands))
         # searches for different instances often land on the same object; one observation per
         # place is enough (association decides whose it is) and halves the embedding work
@@ -265,12 +269,10 @@ class SearchSegmenter:
             obs.append(ob)
         return obs
 
-    def _template_route(self, bank, i, info, frame, small_frames, seeds=(), scan: bool = True) -> list[Observation]:
+    def _template_route(self, bank, i, info, frame, small_frames, seeds=(), min_peak: float | None = None) -> list[Observation]:
         import cv2
 
         x, y, w, h = info["box"]
-        if not scan:
-            return self._place_found(bank, i, info, frame, [self._refine(info, frame, r) for r in seeds], len(seeds))
         f = min(1.0, self.template_side / max(w, h))
         fk = round(f, 3)
         if fk not in small_frames:
@@ -294,8 +296,12 @@ class SearchSegmenter:
             for v, px, py in _nms_peaks(res, self.template_peaks, (th // 2, tw // 2)):
                 found.append((v, px / fk, py / fk, w * s, h * s))
         found.sort(key=lambda r: -r[0])
+        if min_peak is not None:
+            found = [r for r in found if r[0] >= min_peak]
         # feature-route boxes are refined too: their similarity transform is often a little off
-        found = [self._refine(info, frame, r) for r in list(seeds) + _spread(found, self.template_peaks + 1)]
+        found = [self._refine(info, frame, r, rounds=1) for r in seeds] + [
+            self._refine(info, frame, r) for r in _spread(found, self.template_peaks + 1)
+        ]
         return self._place_found(bank, i, info, frame, found, self.template_peaks + len(seeds))
 
     def _place_found(self, bank, i, info, frame, found, limit) -> list[Observation]:
@@ -322,8 +328,26 @@ class SearchSegmenter:
         return obs
 
 
-    def _refine(self, info, frame, cand, side: int = 64):
-        """Re-locate a coarse template peak at twice the resolution, in a window around it, over nearby scales."""
+    def _refine(self, info, frame, cand, side: int = 64, rounds: int = 3):
+        """Re-locate a coarse template peak at twice the resolution, in a window around it, over nearby scales.
+
+        Coarse scales lie up to ~20 % apart and one round moves the scale by 8 %, so rounds go
+        on from the best place while they improve it; a last round at half the step settles the
+        scale between (a copy's correlation, which decides whether it counts, depends on it).
+        A feature-route seed brings its scale from its keypoints: one round (`rounds=1`).
+        """
+        best = self._refine_once(info, frame, cand, side, 0.08)
+        if rounds <= 1:
+            return best
+        for _ in range(rounds - 1):
+            nxt = self._refine_once(info, frame, best, side, 0.08)
+            if nxt[0] <= best[0] + 1e-3:
+                break
+            best = nxt
+        fine = self._refine_once(info, frame, best, side, 0.04)
+        return fine if fine[0] > best[0] else best
+
+    def _refine_once(self, info, frame, cand, side: int, step: float):
         import cv2
 
         v0, bx, by, bw, bh = cand
@@ -338,7 +362,7 @@ class SearchSegmenter:
         win = cv2.resize(frame[y0:y1, x0:x1], (max(1, round((x1 - x0) * f)), max(1, round((y1 - y0) * f))),
                          interpolation=cv2.INTER_AREA).astype(np.float32)
         best = cand
-        for s in (0.92, 1.0, 1.08):
+        for s in (1.0 - step, 1.0, 1.0 + step):
             tw, th = max(6, round(bw * s * f)), max(6, round(bh * s * f))
             if tw >= win.shape[1] or th >= win.shape[0]:
                 continue
