@@ -211,18 +211,23 @@ def decode_rle(rle: dict[str, Any]) -> np.ndarray:
     return mask_utils.decode(r).astype(bool)
 
 
+def read_json(path: Path) -> Any:
+    """Parse a JSON file; a missing or malformed file is a CaseError naming it."""
+    if not path.exists():
+        raise CaseError(path, path.name, "file not found")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise CaseError(path, path.name, f"invalid JSON: {exc}") from exc
+
+
 def load_case(case_dir: str | Path, with_geometry: bool = True) -> Case:
     """Load and validate one case folder; raises CaseError naming file and field."""
     from PIL import Image
 
     root = Path(case_dir)
     cj = root / "case.json"
-    if not cj.exists():
-        raise CaseError(cj, "case.json", "file not found")
-    try:
-        raw = json.loads(cj.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise CaseError(cj, "case.json", f"invalid JSON: {exc}") from exc
+    raw = read_json(cj)
     try:
         spec = CaseSpec.model_validate(raw)
     except ValidationError as exc:
@@ -331,10 +336,7 @@ def iter_case_dirs(dataset: str | Path) -> list[Path]:
         raise CaseError(root, "dataset", "not a directory")
     dj = root / "dataset.json"
     if dj.exists():
-        try:
-            meta = json.loads(dj.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise CaseError(dj, "dataset.json", f"invalid JSON: {exc}") from exc
+        meta = read_json(dj)
         cases = meta.get("cases")
         if not isinstance(cases, list):
             raise CaseError(dj, "cases", "must be a list of case ids")

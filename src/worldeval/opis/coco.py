@@ -18,14 +18,13 @@ which is exact for the pure-rotation rollouts that `opis validate` synthesises.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from worldeval.opis.case import CaseError, write_case
+from worldeval.opis.case import CaseError, read_json, write_case
 from worldeval.runs import atomic_write_json
 
 # COCO-80 categories that move by themselves; everything else is treated as a static rigid object.
@@ -76,12 +75,7 @@ def pan_camera_task(
 
 def _load_index(src: Path) -> dict[str, Any]:
     path = src / "instances.json"
-    if not path.exists():
-        raise CaseError(path, "instances.json", "file not found")
-    try:
-        index = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise CaseError(path, "instances.json", f"invalid JSON: {exc}") from exc
+    index = read_json(path)
     if not isinstance(index, dict) or not index:
         raise CaseError(path, "instances.json", "must be a non-empty object keyed by image id")
     return index

@@ -9,6 +9,7 @@ of raising.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -145,3 +146,12 @@ def resolve_path(value: Any, bases: list[Path]) -> Path | None:
         if q.exists():
             return q
     return p if p.exists() else None
+
+
+def num(v: Any) -> float | None:
+    """A finite-or-inf float, or None for missing, non-numeric and NaN values (JSON nulls)."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(f) else f

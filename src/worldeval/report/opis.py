@@ -9,7 +9,6 @@ I_t, S_t series drawn for each rollout, which the score JSON does not carry.
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from pathlib import Path
 from typing import Any, Callable
@@ -18,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from worldeval.report import images, plots
-from worldeval.report.loaders import OpisRun, read_archives, read_frames_record, resolve_path
+from worldeval.report.loaders import num as _num, OpisRun, read_archives, read_frames_record, resolve_path
 
 VARIANTS = ("strict", "no_gate", "no_coverage", "minimum", "uniform")
 DENSITY_BINS = ("<=20", "21-40", ">40")
@@ -41,14 +40,6 @@ def _lookup(d: Any, *names: str) -> Any:
         if k in lower:
             return lower[k]
     return None
-
-
-def _num(v: Any) -> float | None:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(f) else f
 
 
 def slug(*parts: str) -> str:

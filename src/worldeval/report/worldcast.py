@@ -7,12 +7,11 @@ evidence next to the judged step images.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from worldeval.report import images, plots
-from worldeval.report.loaders import WorldCastRun, resolve_path
+from worldeval.report.loaders import num as _num, WorldCastRun, resolve_path
 from worldeval.report.opis import slug
 
 METRICS = ("PA", "OC", "CP", "VC")
@@ -26,14 +25,6 @@ def default_score_fn(paths: list[Path]) -> dict:
     from worldeval.worldcast import scoring
 
     return scoring.score_runs([str(p) for p in paths])
-
-
-def _num(v: Any) -> float | None:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(f) else f
 
 
 def _failed(rec: dict) -> bool:

@@ -7,6 +7,8 @@ else (which cases, resuming, recording failures, the manifest) lives in
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 from worldeval.errors import InputError
 
 import json
@@ -46,7 +48,7 @@ class ProduceContext:
         return fps, max(1, int(round(duration * fps)))
 
 
-class Producer:
+class Producer(ABC):
     """One way of turning a case into a rollout video. Subclasses set `name` and implement `produce`."""
 
     name: str = "producer"
@@ -58,9 +60,9 @@ class Producer:
     def prepare(self, ctx: ProduceContext) -> None:
         """Called once before the first case (load a model, check a tool)."""
 
+    @abstractmethod
     def produce(self, case: Case, out: Path, ctx: ProduceContext) -> dict[str, Any]:
         """Write the rollout of `case` to `out` (an .mp4 path); return extra info for the manifest."""
-        raise NotImplementedError
 
 
 def produce_dataset(
