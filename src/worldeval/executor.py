@@ -467,7 +467,7 @@ def _run_local(fn, items, workers, threads, limits: _Limits, start_method, deliv
                 # The pool broke with nothing in flight: no item is to blame, just start a new one.
                 idle_start = started.value == 0
                 exitcodes = _exitcodes(pool)
-                pool.shutdown(wait=True, cancel_futures=True)
+                _discard_pool(pool)
                 summary.pool_restarts += 1
                 start_failures = start_failures + 1 if idle_start else 0
                 if start_failures >= 2:
@@ -501,13 +501,17 @@ def _run_local(fn, items, workers, threads, limits: _Limits, start_method, deliv
                 continue
             # The pool is broken: every other in-flight future fails too (or finished just before).
             if inflight:
-                wait(list(inflight), return_when=ALL_COMPLETED)
+                # Bounded: a broken pool can leave a future that never resolves; count it as crashed.
+                wait(list(inflight), timeout=60, return_when=ALL_COMPLETED)
                 for fut, i in list(inflight.items()):
-                    _collect(fut, i, deliver, crashed)
+                    if fut.done():
+                        _collect(fut, i, deliver, crashed)
+                    else:
+                        crashed.append(i)
                 inflight.clear()
                 handed.clear()
             exitcodes = _exitcodes(pool)
-            pool.shutdown(wait=True, cancel_futures=True)
+            _discard_pool(pool)
             summary.pool_restarts += 1
             if started.value == 0 and not timed_out:
                 # No worker of this pool got as far as an item: the items are not to blame.
@@ -543,6 +547,12 @@ def _start_error(method: str, exitcodes) -> str:
         "run_items/run_eval must do so under `if __name__ == '__main__':`, and the function and "
         "items must be importable/picklable. workers=0 runs in-process to debug this."
     )
+
+
+def _discard_pool(pool) -> None:
+    """Drop a broken pool without joining it: joining a pool whose worker was SIGKILLed can block forever."""
+    _kill_pool(pool)
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _kill_pool(pool) -> None:
