@@ -66,7 +66,7 @@ class AuditConfig:
     variants: tuple[str, ...] = G.VARIANTS  # which rollouts to write and evaluate
 
     def gt_key(self) -> dict:
-        return {"version": AUDIT_VERSION, "fps": self.fps, "variants": list(self.variants)}
+        return {"version": AUDIT_VERSION, "fps": float(self.fps), "variants": list(self.variants)}
 
 
 # ----------------------------------------------------------------------------- rollouts
@@ -100,6 +100,7 @@ def prepare_clip(clip: G.GTClip, donor: G.GTClip | None, out: Path, cfg: AuditCo
         why = _skip_reason(clip, donor, variant)
         if why:
             rec["skipped"][variant] = why
+            (out / "rollouts" / variant / f"{clip.name}.mp4").unlink(missing_ok=True)  # an older clip's rollout
             continue
         paste = G.plan_paste(clip, donor) if variant == "pasted" else None
         if paste is not None:
