@@ -90,6 +90,20 @@ def test_loopback_run_matches_frozen(tmp_path):
     assert scores(tmp_path / "run") == json.loads((FROZEN / "scores.json").read_text())
 
 
+def test_mock_transport_run_matches_frozen(tmp_path):
+    from worldeval.judge import JudgeClient, JudgeConfig, MockTransport
+
+    def make(model):
+        transport = MockTransport(lambda req: scripted_answer(req.text, model),
+                                  usage={"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110})
+        return JudgeClient(JudgeConfig(model="frozen-judge", max_attempts=2, backoff_base_s=0.0, backoff_max_s=0.0),
+                           transport=transport)
+
+    judge_samples(make, tmp_path / "run")
+    assert comparable(tmp_path / "run") == json.loads((FROZEN / "judgments.json").read_text())
+    assert scores(tmp_path / "run") == json.loads((FROZEN / "scores.json").read_text())
+
+
 if __name__ == "__main__":  # regenerate (only when a change of the numbers is intended and explained)
     import tempfile
 
