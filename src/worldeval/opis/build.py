@@ -243,7 +243,8 @@ def _read(src: SourceImage, cfg: BuildConfig) -> tuple[np.ndarray, float]:
     return resize_max_side(np.ascontiguousarray(image[..., :3]), cfg.max_side)
 
 
-def build_one(src: SourceImage, out: Path, cfg: BuildConfig, client: Any, backend: Any = None) -> str:
+def build_one(src: SourceImage, out: Path, cfg: BuildConfig, client: Any, backend: Any = None,
+              embedder: Any = None) -> str:
     """Build one case; returns its status (accepted | rejected). Failures raise BuildStepError/AnnotateError."""
     log = _Log(out, src.id)
     image, scale = _read(src, cfg)
@@ -281,7 +282,7 @@ def build_one(src: SourceImage, out: Path, cfg: BuildConfig, client: Any, backen
                   + (" (source vocabulary)" if vocab else ""), "scale": round(scale, 6),
                   "concepts": concepts, "source_image": src.path.name}
     case_json = assemble_case(image, spec, cands, out / src.id, annotation, failures, device=cfg.device,
-                              geometry=geometry, embedder=getattr(backend, "embedder", None))
+                              geometry=geometry, embedder=embedder)
     written = json.loads(case_json.read_text(encoding="utf-8"))
     ann = written["annotation"]
     log("case", instances=[{k: i[k] for k in ("id", "category", "kinematics", "track", "bbox")}
@@ -312,6 +313,18 @@ def make_backend(cfg: BuildConfig) -> Any:
         raise BuildError("--backend-option", "hf", f"cannot load the hf backend: {exc}") from exc
 
 
+def make_embedder(cfg: BuildConfig, backend: Any) -> Any:
+    """The evaluator's embedder, loaded once per run (the hf backend's DINO, else the classical one)."""
+    if backend is not None:
+        return backend.embedder
+    try:
+        from worldeval.opis.evaluate import load_backend
+
+        return load_backend("classical", device=cfg.device).embedder
+    except Exception:
+        return None  # the case is written without reference embeddings; the evaluator computes its own
+
+
 def build_dataset(inputs: str | Path, out: str | Path, cfg: BuildConfig, client: Any,
                   progress: Callable[[str], None] | None = None) -> dict:
     """Run the pipeline over every image not already finished; returns a summary."""
@@ -320,6 +333,7 @@ def build_dataset(inputs: str | Path, out: str | Path, cfg: BuildConfig, client:
     out.mkdir(parents=True, exist_ok=True)
     sources = discover_images(inputs)
     backend = make_backend(cfg)
+    embedder, loaded = None, False
     append_jsonl(out / LOG_NAME, {"step": "run", "images": len(sources), "config": cfg.public(),
                                   "vlm": client.config.public() if hasattr(client.config, "public") else {}})
     states = image_states(out)
@@ -331,8 +345,10 @@ def build_dataset(inputs: str | Path, out: str | Path, cfg: BuildConfig, client:
             continue
         if progress:
             progress(src.id)
+        if not loaded:
+            embedder, loaded = make_embedder(cfg, backend), True
         try:
-            status = build_one(src, out, cfg, client, backend)
+            status = build_one(src, out, cfg, client, backend, embedder)
         except (BuildStepError, AnnotateError, BuildError) as exc:
             _Log(out, src.id)("done", status="failed", file=exc.file, field=exc.field, reason=exc.reason)
             summary["failed"].append({"image": src.id, "file": exc.file, "field": exc.field, "reason": exc.reason})

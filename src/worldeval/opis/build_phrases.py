@@ -37,7 +37,7 @@ ARTICLES = ("a ", "an ", "the ", "some ", "two ", "three ", "several ", "many ")
 SYNONYMS = {
     "sofa": "couch", "settee": "couch", "cellphone": "cell phone", "mobile phone": "cell phone",
     "smartphone": "cell phone", "phone": "cell phone", "tv": "television", "tv set": "television",
-    "automobile": "car", "bike": "bicycle", "puppy": "dog", "kitten": "cat", "mug": "cup", "coffee cup": "cup",
+    "automobile": "car", "bike": "bicycle", "puppy": "dog", "kitten": "cat",
     "potted plant": "plant", "houseplant": "plant", "dining table": "table", "notebook computer": "laptop",
     "monitor": "screen", "trash can": "bin", "garbage can": "bin", "wastebasket": "bin",
 }
@@ -45,7 +45,8 @@ _IRREGULAR = {"people": "person", "men": "man", "women": "woman", "children": "c
               "feet": "foot", "teeth": "tooth", "geese": "goose", "knives": "knife", "leaves": "leaf",
               "shelves": "shelf", "loaves": "loaf", "wolves": "wolf", "shoes": "shoe", "canoes": "canoe",
               "buses": "bus", "sheep": "sheep", "fish": "fish"}
-_KEEP_S = ("ss", "us", "is", "glasses", "scissors", "pants", "jeans", "shorts", "headphones", "binoculars")
+_KEEP_S = ("ss", "us", "is", "eyeglasses", "sunglasses", "scissors", "pants", "jeans", "shorts", "headphones",
+           "binoculars")
 
 
 def singular(word: str) -> str:
