@@ -113,6 +113,49 @@ def _build(
         raise typer.Exit(1)
 
 
+def _source(
+    subcategory: str = typer.Option(..., "--subcategory", help="home_indoor, natural_outdoor, public_indoor or urban_outdoor."),
+    count: int = typer.Option(..., "--count", help="How many images (variation indices) to request."),
+    out: Path = typer.Option(..., "--out", help="Folder for accepted/, rejected/ and source_log.jsonl."),
+    base_url: Optional[str] = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint (images and review)."),
+    gen_model: str = typer.Option(..., "--gen-model", help="Image generation model."),
+    review_model: Optional[str] = typer.Option(None, "--review-model", help="Reviewing VLM."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", help="API key (never written anywhere)."),
+    review_base_url: Optional[str] = typer.Option(None, "--review-base-url", help="Another endpoint for the review."),
+    start: int = typer.Option(0, "--start", help="First variation index."),
+    size: str = typer.Option("1536x1024", "--size", help="Requested image size."),
+    quality: str = typer.Option("high", "--quality", help="Requested image quality."),
+    min_instances: int = typer.Option(10, "--min-instances", help="Gate: fewest foreground instances."),
+    min_quality: int = typer.Option(4, "--min-quality", help="Gate: lowest quality score (1-5)."),
+    min_phrases: int = typer.Option(5, "--min-phrases", help="Gate: fewest usable noun phrases."),
+    max_flags: int = typer.Option(0, "--max-flags", help="Gate: most quality flags allowed."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Generate candidate initial images from the scene template and keep those the VLM review gate passes."""
+    import os
+
+    from worldeval.errors import InputError
+    from worldeval.opis.source import Gate, SourceConfig, SourceEndpoint, run_source
+    from worldeval.worldcast.generate_api import GenConfig
+
+    key = api_key or os.environ.get("OPENAI_API_KEY") or None
+    url = base_url or os.environ.get("OPENAI_BASE_URL") or None
+    endpoint = SourceEndpoint(GenConfig(model=gen_model, base_url=url, api_key=key, size=size, quality=quality))
+    client = vlm_client(out, review_base_url or url, review_model, key, option="--review-model")
+    cfg = SourceConfig(subcategory=subcategory, count=count, start=start,
+                       gate=Gate(min_instances, min_quality, min_phrases, max_flags))
+    try:
+        summary = run_source(out, cfg, endpoint, client)
+    except InputError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2))
+    else:
+        typer.echo(f"opis source -> {out}: " + ", ".join(f"{len(v)} {k}" for k, v in summary.items()))
+
+
 def register(app: typer.Typer) -> None:
-    """Add `build` (and, when present, `source` and `cases-from-videos`) to the `opis` command group."""
+    """Add `build`, `source` and `cases-from-videos` to the `opis` command group."""
     app.command("build")(_build)
+    app.command("source")(_source)
