@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -271,3 +273,143 @@ def test_video_output_through_the_adapter(tmp_path):
     rec = json.loads((tmp_path / "states" / "adapter.json").read_text())
     for (a, b), s in zip(bounds, rec["selection"]["steps"]):
         assert a <= s["frame_index"] <= b
+
+
+DAVIS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "davis2016_more"
+CLIPS = ("blackswan", "car-roundabout", "dog", "libby")
+# frames (of 30) per case: what the scripted adapter picks, and two annotators' choices
+ADAPTER = {"blackswan": (2, 12, 22), "car-roundabout": (2, 17, 27), "dog": (7, 12, 17), "libby": (12, 17, 27)}
+HUMAN_A = {"blackswan": (2, 12, 22), "car-roundabout": (7, 12, 27), "dog": (7, 12, 17), "libby": (2, 7, 12)}
+HUMAN_B = {"blackswan": (7, 17, 27), "car-roundabout": (2, 17, 22), "dog": (2, 12, 17), "libby": (12, 22, 27)}
+
+
+def expected_final(frames) -> float:
+    """The scripted judge's scores, by hand: PA, CP, VC from the 5-frame bucket of states 1, 2, 3."""
+    b = [f // 5 for f in frames]
+    pa, cp, vc = b[0] % 3, b[1] % 4, b[2] % 4
+    return (100 / 3) * (0.4 * 3 * (pa / 2) + 0.4 * cp + 0.2 * vc)
+
+
+@pytest.fixture(scope="module")
+def davis_videos(tmp_path_factory):
+    """Four real DAVIS clips, 30 frames each at 160 px, as video.mp4 outputs, plus their frames for matching."""
+    root = tmp_path_factory.mktemp("davis")
+    frames = {}
+    for clip in CLIPS:
+        imgs = []
+        for p in sorted((DAVIS / clip / "frames").glob("*.jpg"))[:30]:
+            im = Image.open(p).convert("RGB")
+            imgs.append(np.asarray(im.resize((160, round(160 * im.height / im.width)), Image.BILINEAR)))
+        (root / "outputs" / clip).mkdir(parents=True)
+        write_video(root / "outputs" / clip / "video.mp4", imgs, FPS)
+        from worldeval.media import decode_frames
+
+        frames[clip] = np.stack(decode_frames(root / "outputs" / clip / "video.mp4", list(range(30))).frames).astype(float)
+    ds = root / "dataset"
+    ds.mkdir()
+    lines = [json.dumps({"id": c, "category": "physical_simulation", "instruction": f"Case {c}: show three moments.",
+                         "images": [], "steps": 3, "hints": [f"hint for {c}"]}) for c in CLIPS]
+    (ds / "cases.jsonl").write_text("\n".join(lines) + "\n")
+    return root, frames
+
+
+def video_judge(frames_by_clip):
+    """One script for the adapter's VLM and the judge: locates states, and scores what it is shown."""
+    def nearest(clip, data: bytes) -> int:
+        img = np.asarray(Image.open(io.BytesIO(data)).convert("RGB")).astype(float)
+        return int(np.argmin(np.abs(frames_by_clip[clip] - img).mean(axis=(1, 2, 3))))
+
+    def answer(text: str, images: list[bytes]):
+        clip = re.search(r"Case ([a-z-]+):", text).group(1)
+        picks = ADAPTER[clip]
+        if "Closer look at requested state" in text:
+            k = int(re.search(r"requested state (\d+) of", text).group(1))
+            return {"step": k, "timestamp_seconds": picks[k - 1] / FPS, "achieved": True, "evidence": "x"}
+        if "You locate moments" in text:
+            return {"states": [{"step": k, "seen": True, "start": max(0, f - 2) / FPS, "end": (f + 2) / FPS}
+                               for k, f in enumerate(picks, start=1)]}
+        shown = [nearest(clip, d) for d in images]
+        b = [f // 5 for f in shown]
+        score = {"PROGRESS ALIGNMENT": b[0] % 3, "CAUSAL PLAUSIBILITY": b[1] % 4, "VISUAL CONSISTENCY": b[2] % 4}
+        return {"score": next(v for key, v in score.items() if key in text), "evidence": f"frames {shown}"}
+    return answer
+
+
+@pytest.mark.skipif(not DAVIS.is_dir(), reason="shared data not present")
+def test_keyframe_agreement_on_real_video(davis_videos, tmp_path):
+    from worldeval.judge import JudgeClient, JudgeConfig, MockTransport
+    from worldeval.worldcast.judging import run_judge
+    from worldeval.worldcast.keyframe_agreement import keyframe_agreement
+
+    root, frames = davis_videos
+    script = video_judge(frames)
+    mock = MockTransport(lambda req: script(req.text, [im.data for im in req.images]))
+    client = JudgeClient(JudgeConfig(model="judge-m", max_attempts=1), transport=mock)
+    run = tmp_path / "run"
+    run_judge(root / "dataset", root / "outputs", "vidgen", run, client,
+              keyframe_selector=AgenticSelector(client, n_samples=10, dense_samples=5, frame_max_side=64))
+    for clip in CLIPS:  # the adapter chose its scripted frames, and its trace sits beside them
+        sel = json.loads((run / "states" / "vidgen" / clip / "selection.json").read_text())
+        assert tuple(s["frame_index"] for s in sel["steps"]) == ADAPTER[clip]
+        assert (run / "states" / "vidgen" / clip / "keyframe_trace.json").is_file()
+
+    human = tmp_path / "human"
+    for name, picks in (("ann_a", HUMAN_A), ("ann_b", HUMAN_B)):
+        (human / name).mkdir(parents=True)
+        for clip, fr in picks.items():
+            (human / name / f"{clip}.json").write_text(json.dumps({"timestamps": [f / FPS for f in fr]}))
+    res = keyframe_agreement(run, human, client)
+    adapter = [expected_final(ADAPTER[c]) for c in CLIPS]
+    humans = [(expected_final(HUMAN_A[c]) + expected_final(HUMAN_B[c])) / 2 for c in CLIPS]
+    assert res["n_cases"] == 4 and res["annotators"] == ["ann_a", "ann_b"]
+    assert res["pearson_r"] == pytest.approx(float(np.corrcoef(adapter, humans)[0, 1]), abs=1e-9)
+    for row, a, h in zip(res["cases"], adapter, humans):
+        assert row["adapter_final"] == pytest.approx(a) and row["difference"] == pytest.approx(a - h)
+    assert (run / "keyframe_agreement" / "ann_b" / "outputs" / "libby" / "step_3.jpg").is_file()
+
+    # The adapter's own choice given as a human selection (selection.json form): identical scores, r = 1.
+    same = tmp_path / "same" / "copy"
+    same.mkdir(parents=True)
+    for clip in CLIPS:
+        shutil.copyfile(run / "states" / "vidgen" / clip / "selection.json", same / f"{clip}.json")
+    res = keyframe_agreement(run, same.parent, client)
+    assert res["pearson_r"] == pytest.approx(1.0) and all(r["difference"] == 0 for r in res["cases"])
+
+
+@pytest.mark.skipif(not DAVIS.is_dir(), reason="shared data not present")
+def test_keyframe_agreement_cli_and_bad_selections(davis_videos, tmp_path):
+    from test_judge_client import FakeJudge
+    from typer.testing import CliRunner
+
+    from worldeval.cli import app
+
+    root, frames = davis_videos
+    script = video_judge(frames)
+    srv = FakeJudge(lambda info: script(info["text"], info["images"]))
+    try:
+        run = tmp_path / "run"
+        args = ["--base-url", srv.base_url, "--judge-model", "judge-m", "--api-key", "sk-kfa-SECRET", "--no-cache"]
+        res = CliRunner().invoke(app, ["worldcast", "judge", "--dataset", str(root / "dataset"), "--outputs",
+                                       str(root / "outputs"), "--model", "vidgen", "--out", str(run), "--keyframes",
+                                       "agentic", "--keyframe-samples", "10", "--concurrency", "1", "-q", *args])
+        assert res.exit_code == 0, res.output
+        human = tmp_path / "human" / "ann"
+        human.mkdir(parents=True)
+        for clip, fr in HUMAN_A.items():
+            (human / f"{clip}.json").write_text(json.dumps({"timestamps": [f / FPS for f in fr]}))
+        cmd = ["worldcast", "keyframe-agreement", "--human", str(human.parent), "--run", str(run),
+               "--base-url", srv.base_url, "--api-key", "sk-kfa-SECRET", "-q"]
+        res = CliRunner().invoke(app, cmd)
+        assert res.exit_code == 0, res.output
+        adapter = [expected_final(ADAPTER[c]) for c in CLIPS]
+        humans = [expected_final(HUMAN_A[c]) for c in CLIPS]
+        assert f"Pearson r = {np.corrcoef(adapter, humans)[0, 1]:.4f}" in res.stdout
+        assert f"libby: adapter {adapter[3]:.1f}, human {humans[3]:.1f}" in res.stdout
+        for p in run.rglob("*"):
+            assert not p.is_file() or b"sk-kfa-SECRET" not in p.read_bytes()
+        # a selection that goes backwards is an error naming the file and the field
+        (human / "dog.json").write_text(json.dumps({"timestamps": [1.0, 0.5, 2.0]}))
+        res = CliRunner().invoke(app, cmd)
+        assert res.exit_code == 2 and "dog.json" in res.output and "'timestamps' must strictly increase" in res.output
+    finally:
+        srv.close()
