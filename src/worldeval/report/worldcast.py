@@ -17,8 +17,9 @@ from worldeval.report import images, plots
 from worldeval.report.loaders import num as _num, WorldCastRun, resolve_path
 from worldeval.report.opis import slug
 
-METRICS = ("PA", "OC", "CP", "VC")
-METRIC_MAX = {"PA": 2, "OC": 1, "CP": 3, "VC": 3}
+from worldeval.worldcast.metrics import CASE_METRICS as METRICS, METRICS as _SPECS
+
+METRIC_MAX = {k: _SPECS[k].top for k in METRICS}
 IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".webp")
 
 WcScoreFn = Callable[[list[Path]], dict]
