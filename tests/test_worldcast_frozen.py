@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from worldeval.worldcast.cases import load_cases
-from worldeval.worldcast.prompts import PROMPT_VERSIONS
+from worldeval.worldcast.metrics import PROMPT_VERSIONS
 from worldeval.worldcast.samples import sample_dataset, sample_outputs
 
 FROZEN = Path(__file__).resolve().parent / "frozen" / "worldcast"
