@@ -1,4 +1,4 @@
-"""A small client for OpenAI-compatible chat-completions judges (OpenAI, vLLM, SGLang, Ollama, ...).
+"""A small client for multimodal LLM judges (OpenAI-compatible endpoints, or an in-process script).
 
 `JudgeClient.ask_json(content, validator=...)` sends text and images (as
 base64 data URLs) at temperature 0 with a fixed seed, asks for a JSON object,
@@ -7,8 +7,10 @@ timeouts and unparseable answers with exponential backoff and jitter. It
 returns a `JudgeAnswer` and never raises for an endpoint failure: a failure is
 an answer with `error` set, so a run records it and moves on.
 
-The API key lives only in the `openai` client object; it is excluded from
-`repr`, from `JudgeConfig.public()` and from every cache key.
+The wire call is a transport (`worldeval.judge.transport`): the default
+`OpenAICompatTransport` speaks to an OpenAI-compatible endpoint, `MockTransport`
+answers from a script. The API key lives only in the config and the `openai`
+client object; it is excluded from `repr`, `JudgeConfig.public()` and every cache key.
 """
 
 from __future__ import annotations
@@ -28,7 +30,11 @@ from typing import Any, Callable, Sequence, Union
 import numpy as np
 
 from worldeval.judge.cache import JudgeCache
+from worldeval.judge.openai_compat import OpenAICompatTransport
 from worldeval.judge.parse import AnswerError, extract_json
+from worldeval.judge.transport import (
+    JudgeBadReply, JudgeConnectionError, JudgeHTTPError, JudgeRequest, JudgeTimeout, Transport,
+)
 
 _MIME = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".webp": "image/webp"}
 
@@ -153,24 +159,14 @@ class JudgeAnswer:
 
 
 class _Retryable(Exception):
-    def __init__(self, message: str, retry_after: float | None = None):
+    def __init__(self, message: str, retry_after: float | None = None, at_once: bool = False):
         super().__init__(message)
         self.retry_after = retry_after
+        self.at_once = at_once  # a dropped option is no overload: ask again without waiting
 
 
 class _Fatal(Exception):
     pass
-
-
-def _usage_dict(usage: Any) -> dict:
-    if usage is None:
-        return {}
-    out = {}
-    for k in ("prompt_tokens", "completion_tokens", "total_tokens"):
-        v = getattr(usage, k, None)
-        if isinstance(v, (int, float)):
-            out[k] = int(v)
-    return out
 
 
 def _add_usage(total: dict, part: dict) -> None:
@@ -179,14 +175,20 @@ def _add_usage(total: dict, part: dict) -> None:
 
 
 class JudgeClient:
-    """Thread-safe: concurrent `ask_json` calls share one HTTP client and a concurrency limit."""
+    """Thread-safe: concurrent `ask_json` calls share one transport and a concurrency limit.
 
-    def __init__(self, config: JudgeConfig, cache: JudgeCache | None = None, sleep: Callable[[float], None] = time.sleep):
+    `transport` carries the request (default: `OpenAICompatTransport` built from
+    `config`; `MockTransport(script)` answers in-process). Retries, the cache,
+    the concurrency limit, accounting and option fallbacks live here, so they
+    behave the same for every transport.
+    """
+
+    def __init__(self, config: JudgeConfig, cache: JudgeCache | None = None, sleep: Callable[[float], None] = time.sleep,
+                 transport: Transport | None = None):
         self.config = config
         self.cache = cache
+        self.transport = transport if transport is not None else OpenAICompatTransport.from_config(config)
         self._sleep = sleep
-        self._client = None
-        self._client_lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(max(1, int(config.concurrency)))
         self._totals_lock = threading.Lock()
         self.totals: dict[str, int] = {
@@ -198,22 +200,7 @@ class JudgeClient:
         self._rng = random.Random(config.seed if config.seed is not None else 0)
 
     def __repr__(self) -> str:
-        return f"JudgeClient(model={self.config.model!r}, base_url={self.config.base_url!r})"
-
-    # -- openai client ---------------------------------------------------
-    def _openai(self):
-        with self._client_lock:
-            if self._client is None:
-                import openai
-
-                self._client = openai.OpenAI(
-                    base_url=self.config.base_url,
-                    # Local servers (vLLM, Ollama) accept any key; the SDK insists on one.
-                    api_key=self.config.api_key or "not-set",
-                    timeout=self.config.timeout_s,
-                    max_retries=0,  # retries are ours, so attempts are counted and logged
-                )
-            return self._client
+        return f"JudgeClient(model={self.config.model!r}, base_url={self.config.base_url!r}, transport={self.transport.name})"
 
     # -- request building ------------------------------------------------
     def _images(self, content: Content) -> list[str | JudgeImage]:
@@ -244,63 +231,42 @@ class JudgeClient:
         }
         return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
 
-    @staticmethod
-    def _messages(parts: list[str | JudgeImage], system: str | None) -> list[dict]:
-        content = []
-        for p in parts:
-            if isinstance(p, str):
-                content.append({"type": "text", "text": p})
-            else:
-                content.append({"type": "image_url", "image_url": {"url": p.data_url()}})
-        msgs = []
-        if system:
-            msgs.append({"role": "system", "content": system})
-        msgs.append({"role": "user", "content": content})
-        return msgs
+    def _params(self) -> dict[str, Any]:
+        params: dict[str, Any] = {"temperature": self.config.temperature}
+        if self._send_seed:
+            params["seed"] = self.config.seed
+        if self._json_mode:
+            params["response_format"] = {"type": "json_object"}
+        if self.config.max_tokens:
+            params["max_tokens"] = self.config.max_tokens
+        return params
 
     # -- one attempt -----------------------------------------------------
-    def _call(self, messages: list[dict]) -> tuple[str, dict]:
-        import openai
-
-        kwargs: dict[str, Any] = {"model": self.config.model, "messages": messages, "temperature": self.config.temperature}
-        if self._send_seed:
-            kwargs["seed"] = self.config.seed
-        if self._json_mode:
-            kwargs["response_format"] = {"type": "json_object"}
-        if self.config.max_tokens:
-            kwargs["max_tokens"] = self.config.max_tokens
+    def _call(self, parts: list[str | JudgeImage], system: str | None) -> tuple[str, dict]:
+        request = JudgeRequest(self.config.model, parts, system, self._params())
         try:
-            resp = self._openai().chat.completions.create(**kwargs)
-        except openai.RateLimitError as exc:
-            retry_after = None
-            try:
-                retry_after = float(exc.response.headers.get("retry-after"))
-            except Exception:
-                pass
-            raise _Retryable(f"HTTP 429 rate limited", retry_after) from exc
-        except openai.APITimeoutError as exc:
-            raise _Retryable(f"timeout after {self.config.timeout_s:g} s") from exc
-        except openai.APIConnectionError as exc:
-            raise _Retryable(f"connection error: {exc.__class__.__name__}") from exc
-        except openai.APIStatusError as exc:
-            status = exc.status_code
-            body = str(getattr(exc, "message", "") or "")[:300]
-            if status == 400 and (self._json_mode or self._send_seed):
-                low = body.lower()
-                # Servers without JSON mode or seeds answer 400 naming the option; drop it and ask again.
-                if self._json_mode and ("response_format" in low or "json" in low):
-                    self._json_mode = False
-                    raise _Retryable(f"HTTP 400 (response_format unsupported; retrying without it)", 0.0) from exc
-                if self._send_seed and "seed" in low:
-                    self._send_seed = False
-                    raise _Retryable(f"HTTP 400 (seed unsupported; retrying without it)", 0.0) from exc
-            if status >= 500 or status in (408, 409, 425):
-                raise _Retryable(f"HTTP {status}: {body}") from exc
-            raise _Fatal(f"HTTP {status}: {body}") from exc
-        if not getattr(resp, "choices", None):
-            raise _Retryable("response without choices")
-        text = resp.choices[0].message.content
-        return (text or ""), _usage_dict(getattr(resp, "usage", None))
+            reply = self.transport.send(request)
+        except JudgeHTTPError as exc:
+            raise self._classify(exc) from exc
+        except JudgeTimeout as exc:
+            raise _Retryable(str(exc) or f"timeout after {self.config.timeout_s:g} s") from exc
+        except (JudgeConnectionError, JudgeBadReply) as exc:
+            raise _Retryable(str(exc)) from exc
+        return reply.text, reply.usage
+
+    def _classify(self, exc: JudgeHTTPError) -> Exception:
+        status, low = exc.status, exc.message.lower()
+        if status == 400 and (self._json_mode or self._send_seed):
+            # Servers without JSON mode or seeds answer 400 naming the option; drop it and ask again.
+            if self._json_mode and ("response_format" in low or "json" in low):
+                self._json_mode = False
+                return _Retryable("HTTP 400 (response_format unsupported; retrying without it)", at_once=True)
+            if self._send_seed and "seed" in low:
+                self._send_seed = False
+                return _Retryable("HTTP 400 (seed unsupported; retrying without it)", at_once=True)
+        if status == 429 or status >= 500 or status in (408, 409, 425):
+            return _Retryable(str(exc), exc.retry_after)
+        return _Fatal(str(exc))
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
         base = min(self.config.backoff_max_s, self.config.backoff_base_s * (2 ** (attempt - 1)))
@@ -338,19 +304,18 @@ class JudgeClient:
                 with self._totals_lock:
                     self.totals["cache_hits"] += 1
                 return JudgeAnswer(hit["raw"], hit["parsed"], 0, time.monotonic() - t0, hit["usage"], None, True, key)
-        messages = self._messages(parts, system)
         usage: dict = {}
         errors: list[str] = []
         raw: str | None = None
         attempts = 0
         while attempts < max(1, self.config.max_attempts):
             attempts += 1
-            retry_after = None
+            retry_after, wait = None, True
             try:
                 with self._slots:
                     with self._totals_lock:
                         self.totals["requests"] += 1
-                    raw, u = self._call(messages)
+                    raw, u = self._call(parts, system)
                 _add_usage(usage, u)
                 parsed = extract_json(raw, prefer_key=prefer_key)
                 if validator is not None:
@@ -363,11 +328,11 @@ class JudgeClient:
                 errors.append(f"attempt {attempts}: unparseable answer: {exc}")
             except _Retryable as exc:
                 errors.append(f"attempt {attempts}: {exc}")
-                retry_after = exc.retry_after
+                retry_after, wait = exc.retry_after, not exc.at_once
             except _Fatal as exc:
                 errors.append(f"attempt {attempts}: {exc}")
                 break
-            if attempts < self.config.max_attempts:
+            if wait and attempts < self.config.max_attempts:
                 self._sleep(self._backoff(attempts, retry_after))
         self._account(usage, failed=True)
         return JudgeAnswer(raw, None, attempts, time.monotonic() - t0, usage, errors[-1] if errors else "failed", False, key, errors)

@@ -1,4 +1,5 @@
-"""`worldeval worldcast ...` commands: judge, score, agreement, judges, repeats, prompts, keyframes, samples."""
+"""`worldeval worldcast ...` commands: judge, score, agreement, judges, repeats, prompts, keyframes, samples, generate,
+keyframe-agreement."""
 
 from __future__ import annotations
 
@@ -39,6 +40,9 @@ def _make_client(base_url, judge_model, api_key, concurrency, timeout, max_attem
 
 
 def register(app: typer.Typer) -> None:
+    _register_generate(app)
+    _register_keyframe_agreement(app)
+
     @app.command("judge")
     def judge_cmd(
         dataset: Path = typer.Option(..., "--dataset", help="WorldCast dataset folder (holds cases.jsonl)."),
@@ -251,3 +255,121 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"dataset: {sample_dataset()}")
             for kind in ("correct", "shuffled"):
                 typer.echo(f"outputs ({kind}): {sample_outputs(kind)}")
+
+
+def _llm_client(model: str, base_url, api_key, timeout: float, max_attempts: int, backoff: float):
+    from worldeval.judge import JudgeClient, JudgeConfig
+
+    # Planning and inspection answers steer one generation run; caching them would replay a stale plan.
+    cfg = JudgeConfig(model=model, base_url=base_url, api_key=api_key, timeout_s=timeout, max_attempts=max_attempts,
+                      backoff_base_s=backoff, concurrency=1)
+    return JudgeClient(cfg, None)
+
+
+def _register_generate(app: typer.Typer) -> None:
+    @app.command("generate")
+    def generate_cmd(
+        dataset: Path = typer.Option(..., "--dataset", help="WorldCast dataset folder (holds cases.jsonl)."),
+        interface: str = typer.Option(..., "--interface", help="interleaved, grid or video."),
+        out: Path = typer.Option(..., "--out", help="Outputs folder (one sub-folder per case); rerunning resumes."),
+        base_url: Optional[str] = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint (or OPENAI_BASE_URL)."),
+        gen_model: Optional[str] = typer.Option(None, "--gen-model", help="Image or video generation model."),
+        api_key: Optional[str] = typer.Option(None, "--api-key", help="API key (or OPENAI_API_KEY); never written anywhere."),
+        enhancer: Optional[str] = typer.Option(None, "--enhancer", help="LLM that first rewrites the request into a per-state plan."),
+        llm_base_url: Optional[str] = typer.Option(None, "--llm-base-url", help="Endpoint of the enhancer/inspector (default --base-url)."),
+        plan_iterate: bool = typer.Option(False, "--plan-iterate", help="Plan the states, then generate each from the previous one."),
+        agentic: bool = typer.Option(False, "--agentic", help="Plan & Iterate with a VLM inspecting each state and regenerating within --budget."),
+        budget: Optional[str] = typer.Option(None, "--budget", help="Image calls per case for --agentic: a number or e.g. 2K (2 x steps)."),
+        inspector: Optional[str] = typer.Option(None, "--inspector", help="VLM inspecting states (default: --enhancer, else --gen-model)."),
+        command: Optional[str] = typer.Option(None, "--command", help="Run a local model instead: a shell command with {case_dir} {out_dir} {prompt_file} {request_file} {case_id} {steps} {interface}."),
+        command_timeout: float = typer.Option(3600.0, "--command-timeout", help="Seconds per case for --command."),
+        size: Optional[str] = typer.Option(None, "--size", help="Image size sent to the images API (default: the server's)."),
+        quality: Optional[str] = typer.Option(None, "--quality", help="Image quality sent to the images API."),
+        video_seconds: Optional[str] = typer.Option(None, "--video-seconds", help="Clip length sent to the Videos API."),
+        video_size: Optional[str] = typer.Option(None, "--video-size", help="Resolution sent to the Videos API."),
+        timeout: float = typer.Option(600.0, "--timeout", help="Seconds per request."),
+        max_attempts: int = typer.Option(3, "--max-attempts", min=1, help="Attempts per call (each counts against --budget)."),
+        backoff: float = typer.Option(2.0, "--backoff", help="First retry delay in seconds (doubles, with jitter)."),
+        poll: float = typer.Option(5.0, "--poll", help="Seconds between Videos API status checks."),
+        concurrency: int = typer.Option(1, "--concurrency", min=1, help="Cases generated in parallel."),
+        case: List[str] = typer.Option([], "--case", help="Generate only these case ids (repeatable)."),
+        force: bool = typer.Option(False, "--force", help="Resume a folder made with another config (its cases are redone)."),
+        quiet: bool = typer.Option(False, "--quiet", "-q"),
+    ) -> None:
+        """Generate one model's outputs for a dataset in the layout `worldcast judge` reads."""
+        from worldeval.runs import ResumeError
+        from worldeval.worldcast.cases import CaseError
+        from worldeval.worldcast.generate import GenerateOptions, run_generate
+        from worldeval.worldcast.generate_api import GenConfig, GenEndpoint
+
+        base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
+        api_key = api_key or os.environ.get("OPENAI_API_KEY") or None
+        endpoint = None
+        if gen_model:
+            endpoint = GenEndpoint(GenConfig(
+                model=gen_model, base_url=base_url, api_key=api_key, timeout_s=timeout, max_attempts=max_attempts,
+                backoff_base_s=backoff, size=size, quality=quality, video_seconds=video_seconds,
+                video_size=video_size, poll_interval_s=poll))
+        llm = lambda m: _llm_client(m, llm_base_url or base_url, api_key, timeout, max_attempts, backoff)
+        planner = enhancer or (gen_model if (plan_iterate or agentic) else None)
+        checker = inspector or enhancer or gen_model
+        opts = GenerateOptions(
+            interface=interface, endpoint=endpoint, enhancer=llm(planner) if planner else None,
+            inspector=llm(checker) if agentic and checker else None, plan_iterate=plan_iterate, agentic=agentic,
+            budget=budget, command=command, command_timeout_s=command_timeout, concurrency=concurrency,
+        )
+        try:
+            res = run_generate(dataset, out, opts, case_ids=list(case) or None, force=force,
+                               progress=None if quiet else (lambda s: typer.echo(s, err=True)))
+        except (CaseError, ResumeError, ValueError) as exc:
+            _fail(str(exc))
+        typer.echo(f"generated {len(res.done)}, kept {len(res.kept)}, failed {len(res.failed)} "
+                   f"({res.image_calls} generation calls) -> {out}")
+        for cid, err in sorted(res.failed.items()):
+            typer.echo(f"  {cid}: {err}", err=True)
+        if res.failed:
+            typer.echo(f"{len(res.failed)} case(s) failed; rerun the same command to retry only those.", err=True)
+            raise typer.Exit(1)
+
+
+def _register_keyframe_agreement(app: typer.Typer) -> None:
+    @app.command("keyframe-agreement")
+    def keyframe_agreement_cmd(
+        human: Path = typer.Option(..., "--human", help="Human keyframe choices: DIR/<annotator>/<case_id>.json (see docs/worldcast.md)."),
+        run: Path = typer.Option(..., "--run", help="A `worldcast judge` run folder over video outputs."),
+        base_url: Optional[str] = typer.Option(None, "--base-url", help="Judge endpoint (default: the run's, or OPENAI_BASE_URL)."),
+        api_key: Optional[str] = typer.Option(None, "--api-key", help="API key (or OPENAI_API_KEY); never written anywhere."),
+        no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the run's answer cache."),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
+        quiet: bool = typer.Option(False, "--quiet", "-q"),
+    ) -> None:
+        """Score human- and adapter-selected keyframes with the run's judge; Pearson r and per-case differences."""
+        from worldeval.judge import JudgeCache, JudgeClient
+        from worldeval.worldcast.cases import CaseError
+        from worldeval.worldcast.keyframe_agreement import judge_config_of, keyframe_agreement
+
+        try:
+            cfg, _ = judge_config_of(run, base_url or os.environ.get("OPENAI_BASE_URL"),
+                                     api_key or os.environ.get("OPENAI_API_KEY"))
+        except (OSError, ValueError) as exc:
+            _fail(str(exc))
+        client = JudgeClient(cfg, None if no_cache else JudgeCache(_default_cache(run)))
+        try:
+            res = keyframe_agreement(run, human, client, progress=None if quiet else (lambda s: typer.echo(s, err=True)))
+        except (CaseError, ValueError, OSError) as exc:
+            _fail(str(exc))
+        finally:
+            if client.cache is not None:
+                client.cache.close()
+        if as_json:
+            typer.echo(json.dumps(res, indent=2, sort_keys=True))
+            return
+        r = res["pearson_r"]
+        typer.echo(f"Pearson r = {r:.4f} (p = {res['p_value']:.3g}) over {res['n_cases']} case(s)" if r is not None
+                   else f"Pearson r: - ({res['note']})")
+        for row in res["cases"]:
+            each = ", ".join(f"{a} {v:.1f}" for a, v in sorted(row["human_finals"].items()))
+            typer.echo(f"  {row['case_id']}: adapter {row['adapter_final']:.1f}, human {row['human_final']:.1f} "
+                       f"({each}), difference {row['difference']:+.1f}")
+        for what, why in sorted(res["skipped"].items()):
+            typer.echo(f"  skipped {what}: {why}", err=True)
