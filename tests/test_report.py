@@ -378,7 +378,7 @@ def test_worldcast_report_shows_generation_and_keyframe_traces(tmp_path):
         outs = tmp_path / "outs"
         generate(srv, ds, outs, "--interface", "interleaved", "--agentic", "--budget", "2K", "--case", "adapt_cube_box")
         run = tmp_path / "run"
-        judge(srv, ds, outs, run, "--case", "adapt_cube_box")
+        judge(ds, outs, run, ["adapt_cube_box"])
 
         vouts = tmp_path / "vouts"
         generate(srv, ds, vouts, "--interface", "video", "--case", "logic_hanoi2")

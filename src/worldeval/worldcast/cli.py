@@ -257,12 +257,12 @@ def register(app: typer.Typer) -> None:
                 typer.echo(f"outputs ({kind}): {sample_outputs(kind)}")
 
 
-def _llm_client(model: str, base_url, api_key, timeout: float, max_attempts: int, backoff: float):
+def _llm_client(model: str, base_url, api_key, timeout: float, max_attempts: int, backoff: float, concurrency: int):
     from worldeval.judge import JudgeClient, JudgeConfig
 
     # Planning and inspection answers steer one generation run; caching them would replay a stale plan.
     cfg = JudgeConfig(model=model, base_url=base_url, api_key=api_key, timeout_s=timeout, max_attempts=max_attempts,
-                      backoff_base_s=backoff, concurrency=1)
+                      backoff_base_s=backoff, concurrency=concurrency)
     return JudgeClient(cfg, None)
 
 
@@ -310,7 +310,7 @@ def _register_generate(app: typer.Typer) -> None:
                 model=gen_model, base_url=base_url, api_key=api_key, timeout_s=timeout, max_attempts=max_attempts,
                 backoff_base_s=backoff, size=size, quality=quality, video_seconds=video_seconds,
                 video_size=video_size, poll_interval_s=poll))
-        llm = lambda m: _llm_client(m, llm_base_url or base_url, api_key, timeout, max_attempts, backoff)
+        llm = lambda m: _llm_client(m, llm_base_url or base_url, api_key, timeout, max_attempts, backoff, concurrency)
         planner = enhancer or (gen_model if (plan_iterate or agentic) else None)
         checker = inspector or enhancer or gen_model
         opts = GenerateOptions(
