@@ -209,11 +209,30 @@ def test_judge_run_faults_scores_resume_cache_and_no_key(judge_server, tmp_path)
     assert all(r["auth"] == f"Bearer {KEY}" for r in srv.requests)
 
 
-def test_step_accuracy_curve(tmp_path):
+def test_step_accuracy_paper_scope(tmp_path):
+    """The paper's curve: four-step cases without an endpoint reference image, per step index."""
     from worldeval.worldcast.judging import run_judge
 
     runner, judge, run = CliRunner(), MockJudge(), tmp_path / "run"
     run_judge(sample_dataset(), sample_outputs("correct"), "correct", run, judge.client(), step_accuracy=True)
+    # adapt_cube_box (2 steps) and logic_hanoi2 (3) are not four-step cases; goal_tiles (4) shows its goal state
+    steps = [(r["case"], r["step"]) for r in judge.infos if r["metric"] == "STEP"]
+    assert sorted(steps) == [("phys_ball_drop", k) for k in (1, 2, 3, 4)]
+    res = _score(runner, run, extra=["--step-accuracy"])["models"]["correct"]
+    assert res["step_accuracy_scope"] == ["paper"]
+    assert {k: (v["accuracy"], v["n"]) for k, v in res["step_accuracy"].items()} == \
+        {"1": (100.0, 1), "2": (100.0, 1), "3": (0.0, 1), "4": (100.0, 1)}  # phys_ball_drop step 3 is wrong
+    # the readable table has one column per step index
+    table = runner.invoke(app, ["worldcast", "score", str(run), "--step-accuracy"])
+    assert table.exit_code == 0 and "step 3" in table.stdout and "0.0 (1)" in table.stdout
+
+
+def test_step_accuracy_curve_all_cases(tmp_path):
+    from worldeval.worldcast.judging import run_judge
+
+    runner, judge, run = CliRunner(), MockJudge(), tmp_path / "run"
+    run_judge(sample_dataset(), sample_outputs("correct"), "correct", run, judge.client(), step_accuracy=True,
+              step_scope="all")
     n_steps = sum(STEP_LEN.values())
     assert sum(r["metric"] == "STEP" for r in judge.infos) == n_steps
     # Step requests carry only the designated image besides the references.
