@@ -116,8 +116,9 @@ def test_judge_run_faults_scores_resume_cache_and_no_key(judge_server, tmp_path)
     F[("correct", "goal_tiles", "PA", None)] = ["prose!"]
     _judge(runner, srv, "correct", run, cache)
 
-    # 15 items; extra requests: 2x500, 2x429, 1 out-of-range, 1 timeout, 2 more prose attempts
-    assert srv.count() == 15 + 2 + 2 + 1 + 1 + 2
+    # 15 items and the preflight request; extra requests: 2x500, 2x429, 1 out-of-range, 1 timeout, 2 more prose attempts
+    assert srv.count(FakeJudge.preflight_request) == 1
+    assert srv.count() == 1 + 15 + 2 + 2 + 1 + 1 + 2
     recs = [json.loads(l) for l in (run / "judgments.jsonl").read_text().splitlines()]
     assert len(recs) == 15
     by = {(r["case_id"], r["metric"]): r for r in recs}
@@ -137,6 +138,8 @@ def test_judge_run_faults_scores_resume_cache_and_no_key(judge_server, tmp_path)
     # OC sees the references and the final image only; the others see references + every state.
     refs = {c.id: len(c.images) for c in load_cases(sample_dataset())}
     for req in srv.requests:
+        if FakeJudge.preflight_request(req):
+            continue
         if req.get("metric") == "OC":
             assert len(req["images"]) == refs[req["case"]] + 1
             assert "Generated state 2" not in req["text"]
@@ -161,11 +164,11 @@ def test_judge_run_faults_scores_resume_cache_and_no_key(judge_server, tmp_path)
     assert s["categories"]["visual_goal_realization"] is None
     assert s["categories"]["logic_and_rules"] == pytest.approx(86.0)
 
-    # Resume: only the failed item is asked again.
+    # Resume: only the failed item is asked again (after the new run's preflight request).
     srv.faults.clear()
     before = srv.count()
     _judge(runner, srv, "correct", run, cache)
-    assert srv.count() == before + 1
+    assert srv.count() == before + 2
     s = _score(runner, run)["models"]["correct"]
     assert s["n_failed"] == 0
     assert s["final"] == pytest.approx(sum(f for f, _ in finals.values()) / 4)

@@ -261,6 +261,7 @@ class JudgeClient:
         self._rng = random.Random(config.seed if config.seed is not None else 0)
         self._preflight_lock = threading.Lock()
         self._preflight_state: str | None = None  # None: not yet; "ok"; or the failure message
+        self.preflight_note: str | None = None
 
     def __repr__(self) -> str:
         return f"JudgeClient(model={self.config.model!r}, base_url={self.config.base_url!r}, transport={self.transport.name})"
@@ -358,12 +359,17 @@ class JudgeClient:
             if self._preflight_state != "ok":
                 raise JudgeUnavailable(self._preflight_state)
 
+    def preflight_status(self) -> dict:
+        """For manifests: whether the preflight request ran and how it went."""
+        state = self._preflight_state
+        return {"enabled": self.config.preflight, "result": "not needed" if state is None else state,
+                "note": self.preflight_note}
+
     def _probe(self) -> None:
         c = self.config
         where = f"judge endpoint {c.base_url or 'https://api.openai.com/v1 (the openai default)'}"
         timeout = min(c.timeout_s, c.preflight_timeout_s)
-        busy = 0
-        for _ in range(max(1, c.max_attempts) + 6):  # 6: room for every option an endpoint may refuse
+        for _ in range(7):  # room for every option an endpoint may refuse
             params, _ = self.options.params(_PREFLIGHT_SCHEMA)
             self._count_request()
             try:
@@ -386,10 +392,9 @@ class JudgeClient:
                     raise JudgeUnavailable(f"{where}: unknown model {c.model!r} or wrong path (HTTP 404: {msg})") from None
                 if not (exc.status >= 500 or exc.status in _RETRYABLE_STATUS):
                     raise JudgeUnavailable(f"{where}: HTTP {exc.status}: {msg}") from None
-                busy += 1
-                if busy >= max(1, c.max_attempts):
-                    raise JudgeUnavailable(f"{where}: still HTTP {exc.status} after {busy} tries ({msg})") from None
-                self._sleep(self._backoff(busy, exc.retry_after))
+                # Busy or failing for the moment, but there: the items' own retries deal with that.
+                self.preflight_note = f"HTTP {exc.status} on the preflight request; judging went ahead"
+                return
         raise JudgeUnavailable(f"{where}: kept refusing request options ({self.options.public()['adaptations']})")
 
     # -- public ----------------------------------------------------------

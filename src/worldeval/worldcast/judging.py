@@ -196,7 +196,7 @@ def _write_manifest(out_dir, dataset, outputs, model, client, result, step_accur
         "dataset": str(Path(dataset).resolve()),
         "outputs": str(Path(outputs).resolve()),
         "model": model,
-        "judge": {**client.config.public(), "learned": client.options.public()},
+        "judge": {**client.config.public(), "learned": client.options.public(), "preflight": client.preflight_status()},
         "step_accuracy": step_accuracy,
         "keyframe_selector": getattr(selector, "name", "changepoint"),
         **(extra_config or {}),
