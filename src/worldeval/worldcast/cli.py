@@ -1,4 +1,5 @@
-"""`worldeval worldcast ...` commands: judge, score, agreement, judges, repeats, prompts, keyframes, samples, generate."""
+"""`worldeval worldcast ...` commands: judge, score, agreement, judges, repeats, prompts, keyframes, samples, generate,
+keyframe-agreement."""
 
 from __future__ import annotations
 
@@ -70,6 +71,7 @@ def _step_table(res: dict):
 
 def register(app: typer.Typer) -> None:
     _register_generate(app)
+    _register_keyframe_agreement(app)
 
     @app.command("judge")
     def judge_cmd(
@@ -298,12 +300,12 @@ def register(app: typer.Typer) -> None:
                 typer.echo(f"outputs ({kind}): {sample_outputs(kind)}")
 
 
-def _llm_client(model: str, base_url, api_key, timeout: float, max_attempts: int, backoff: float):
+def _llm_client(model: str, base_url, api_key, timeout: float, max_attempts: int, backoff: float, concurrency: int):
     from worldeval.judge import JudgeClient, JudgeConfig
 
     # Planning and inspection answers steer one generation run; caching them would replay a stale plan.
     cfg = JudgeConfig(model=model, base_url=base_url, api_key=api_key, timeout_s=timeout, max_attempts=max_attempts,
-                      backoff_base_s=backoff, concurrency=1)
+                      backoff_base_s=backoff, concurrency=concurrency)
     return JudgeClient(cfg, None)
 
 
@@ -351,7 +353,7 @@ def _register_generate(app: typer.Typer) -> None:
                 model=gen_model, base_url=base_url, api_key=api_key, timeout_s=timeout, max_attempts=max_attempts,
                 backoff_base_s=backoff, size=size, quality=quality, video_seconds=video_seconds,
                 video_size=video_size, poll_interval_s=poll))
-        llm = lambda m: _llm_client(m, llm_base_url or base_url, api_key, timeout, max_attempts, backoff)
+        llm = lambda m: _llm_client(m, llm_base_url or base_url, api_key, timeout, max_attempts, backoff, concurrency)
         planner = enhancer or (gen_model if (plan_iterate or agentic) else None)
         checker = inspector or enhancer or gen_model
         opts = GenerateOptions(
@@ -371,3 +373,46 @@ def _register_generate(app: typer.Typer) -> None:
         if res.failed:
             typer.echo(f"{len(res.failed)} case(s) failed; rerun the same command to retry only those.", err=True)
             raise typer.Exit(1)
+
+
+def _register_keyframe_agreement(app: typer.Typer) -> None:
+    @app.command("keyframe-agreement")
+    def keyframe_agreement_cmd(
+        human: Path = typer.Option(..., "--human", help="Human keyframe choices: DIR/<annotator>/<case_id>.json (see docs/worldcast.md)."),
+        run: Path = typer.Option(..., "--run", help="A `worldcast judge` run folder over video outputs."),
+        base_url: Optional[str] = typer.Option(None, "--base-url", help="Judge endpoint (default: the run's, or OPENAI_BASE_URL)."),
+        api_key: Optional[str] = typer.Option(None, "--api-key", help="API key (or OPENAI_API_KEY); never written anywhere."),
+        no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the run's answer cache."),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
+        quiet: bool = typer.Option(False, "--quiet", "-q"),
+    ) -> None:
+        """Score human- and adapter-selected keyframes with the run's judge; Pearson r and per-case differences."""
+        from worldeval.judge import JudgeCache, JudgeClient
+        from worldeval.worldcast.cases import CaseError
+        from worldeval.worldcast.keyframe_agreement import judge_config_of, keyframe_agreement
+
+        try:
+            cfg, _ = judge_config_of(run, base_url or os.environ.get("OPENAI_BASE_URL"),
+                                     api_key or os.environ.get("OPENAI_API_KEY"))
+        except (OSError, ValueError) as exc:
+            _fail(str(exc))
+        client = JudgeClient(cfg, None if no_cache else JudgeCache(_default_cache(run)))
+        try:
+            res = keyframe_agreement(run, human, client, progress=None if quiet else (lambda s: typer.echo(s, err=True)))
+        except (CaseError, ValueError, OSError) as exc:
+            _fail(str(exc))
+        finally:
+            if client.cache is not None:
+                client.cache.close()
+        if as_json:
+            typer.echo(json.dumps(res, indent=2, sort_keys=True))
+            return
+        r = res["pearson_r"]
+        typer.echo(f"Pearson r = {r:.4f} (p = {res['p_value']:.3g}) over {res['n_cases']} case(s)" if r is not None
+                   else f"Pearson r: - ({res['note']})")
+        for row in res["cases"]:
+            each = ", ".join(f"{a} {v:.1f}" for a, v in sorted(row["human_finals"].items()))
+            typer.echo(f"  {row['case_id']}: adapter {row['adapter_final']:.1f}, human {row['human_final']:.1f} "
+                       f"({each}), difference {row['difference']:+.1f}")
+        for what, why in sorted(res["skipped"].items()):
+            typer.echo(f"  skipped {what}: {why}", err=True)
