@@ -120,3 +120,21 @@ def build_tiny_models(root: str | Path) -> dict[str, str]:
                                 fine_matching_slice_dim=4, coarse_matching_threshold=0.0)  # fmt: skip
     paths["eloftr"] = _save(T.EfficientLoFTRForKeypointMatching(el), root / "eloftr", T.EfficientLoFTRImageProcessorPil(**pair))
     return paths
+
+
+# models-folder layout (option -> tiny family), as `worldeval models fetch` lays out the real checkpoints
+TINY_LAYOUT = {"sam3": "sam3", "dinov3": "dinov3", "matcher": "lightglue", "depth": "depth_pro", "vitpose": "vitpose_plus"}
+
+
+def build_tiny_models_dir(root: str | Path, layout: dict[str, str] | None = None) -> dict[str, str]:
+    """Tiny models laid out as a models folder (`<root>/<option>`); returns option -> folder."""
+    import shutil
+
+    root = Path(root)
+    built = build_tiny_models(root / ".families")
+    out = {}
+    for option, family in (layout or TINY_LAYOUT).items():
+        shutil.copytree(built[family], root / option)
+        out[option] = str(root / option)
+    shutil.rmtree(root / ".families")
+    return out
