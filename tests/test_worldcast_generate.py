@@ -208,25 +208,26 @@ def generate(fake, ds: Path, out: Path, *extra: str, code: int = 0):
     return res
 
 
-def judge(fake, ds: Path, outputs: Path, run: Path, *extra: str) -> list[dict]:
-    """`worldcast judge` on the generated folder, answered by the same loopback server's chat route."""
-    fake.answer = lambda info: ({"step_index": info["step"], "score": 1, "evidence": "seen"} if info["metric"] == "STEP"
-                                else {"score": 1, "evidence": "seen"})
-    res = CliRunner().invoke(app, [
-        "worldcast", "judge", "--dataset", str(ds), "--outputs", str(outputs), "--model", "gen-x", "--out", str(run),
-        "--base-url", fake.base_url, "--judge-model", "judge-x", "--api-key", KEY, "--no-cache", "--concurrency", "1",
-        "--max-attempts", "1", "-q", *extra,
-    ])
-    assert res.exit_code == 0, res.output
-    return [json.loads(line) for line in (run / "judgments.jsonl").read_text().splitlines()]
+def judge(ds: Path, outputs: Path, run: Path, cases=None, step_accuracy=False):
+    """`worldcast judge`'s run on the generated folder, answered by a scripted in-process judge (MockTransport)."""
+    from worldeval.judge import JudgeClient, JudgeConfig, MockTransport
+    from worldeval.worldcast.judging import run_judge
+
+    def answer(req):
+        m = re.search(r"DESIGNATED STEP: step (\d+) of", req.text)
+        return {"step_index": int(m.group(1)), "score": 1, "evidence": "seen"} if m else {"score": 1, "evidence": "seen"}
+
+    mock = MockTransport(answer)
+    client = JudgeClient(JudgeConfig(model="judge-x", max_attempts=1), transport=mock)
+    # step_scope "all": goal_tiles shows its goal state, so the paper's step scope would leave it out
+    run_judge(ds, outputs, "gen-x", run, client, step_accuracy=step_accuracy, step_scope="all", case_ids=cases)
+    return [json.loads(line) for line in (run / "judgments.jsonl").read_text().splitlines()], mock
 
 
 def assert_no_secret_and_no_hints(fake, ds: Path, *folders: Path) -> None:
     hints = _hints(ds)
     assert hints and fake.log
     for r in fake.log:
-        if (r.get("body") or {}).get("model") == "judge-x":
-            continue  # the judge is meant to read the hints
         for hnt in hints:
             assert hnt.encode() not in r["raw"], (r["route"], hnt)
         assert r["auth"] == f"Bearer {KEY}"  # the key is sent, to the endpoint only
@@ -264,7 +265,7 @@ def test_grid_uses_edits_with_references_and_generations_without(fake, dataset, 
         assert r * c == case.steps
         assert f"grid of {r} row(s) by {c} column(s)" in json.loads((out / cid / "generation.json").read_text())["prompt_sent"]
     assert_no_secret_and_no_hints(fake, dataset, out)
-    recs = judge(fake, dataset, out, tmp_path / "run")
+    recs, _ = judge(dataset, out, tmp_path / "run")
     assert recs and all(r["status"] == "ok" and r["interface"] == "grid" for r in recs)
     assert {r["case_id"]: r["n_states"] for r in recs} == {cid: c.steps for cid, c in cases.items()}
 
@@ -284,13 +285,16 @@ def test_interleaved_through_the_responses_api(fake, dataset, tmp_path):
     plan = json.loads((out / "goal_tiles" / "plan.json").read_text())
     assert plan["steps"] == [f"State {k}: what happens." for k in range(1, 5)] and plan["source"] == "generator"
     assert not (out / "adapt_cube_box").exists()  # not asked for
-    recs = judge(fake, dataset, out, tmp_path / "run", "--case", "goal_tiles", "--case", "text_only", "--step-accuracy")
+    recs, mock = judge(dataset, out, tmp_path / "run", ["goal_tiles", "text_only"], step_accuracy=True)
     assert all(r["status"] == "ok" and r["interface"] == "steps" for r in recs)
     step_recs = [r for r in recs if r["metric"] == "STEP" and r["case_id"] == "goal_tiles"]
     assert sorted(r["step"] for r in step_recs) == [1, 2, 3, 4]
     # the judge's designated-step prompt carries the text the generator paired with that step
-    step_texts = [r for r in fake.requests if r["metric"] == "STEP" and "goal picture" in r["text"]]
-    assert all(f"State {r['step']}: what happens." in r["text"] for r in step_texts)
+    step_texts = [r.text for r in mock.requests if "DESIGNATED STEP" in r.text and "goal picture" in r.text]
+    assert len(step_texts) == 4
+    for t in step_texts:
+        k = re.search(r"DESIGNATED STEP: step (\d+) of", t).group(1)
+        assert f"State {k}: what happens." in t
     assert_no_secret_and_no_hints(fake, dataset, out, tmp_path / "run")
 
 
@@ -302,7 +306,7 @@ def test_video_through_the_videos_api(fake, dataset, tmp_path):
     assert [f["field"] for f in create[0]["files"]] == ["input_reference"]
     assert len(fake.requests_to("GET /videos/{id}")) == 2  # polled until completed
     assert (out / "adapt_cube_box" / "video.mp4").read_bytes() == fake.video_bytes
-    recs = judge(fake, dataset, out, tmp_path / "run", "--case", "adapt_cube_box")
+    recs, _ = judge(dataset, out, tmp_path / "run", ["adapt_cube_box"])
     assert all(r["status"] == "ok" and r["interface"] == "video" and r["n_states"] == 2 for r in recs)
     assert (tmp_path / "run" / "states" / "gen-x" / "adapt_cube_box" / "step_2.jpg").is_file()
 
@@ -353,7 +357,7 @@ def test_plan_iterate_conditions_each_state_on_the_previous(fake, dataset, tmp_p
     chats = [r for r in fake.log if r["route"] == "POST /chat/completions"]
     assert {r["body"]["model"] for r in chats} == {"gen-x"}  # the unified model plans for itself
     assert_no_secret_and_no_hints(fake, dataset, out)
-    recs = judge(fake, dataset, out, tmp_path / "run", "--case", "phys_ball_drop", "--case", "text_only")
+    recs, _ = judge(dataset, out, tmp_path / "run", ["phys_ball_drop", "text_only"])
     assert all(r["status"] == "ok" for r in recs)
 
 
@@ -459,3 +463,35 @@ def shlex_quote(s: str) -> str:
     import shlex
 
     return shlex.quote(s)
+
+
+def test_garbage_plan_and_inspection_answers_are_recorded(fake, dataset, tmp_path):
+    """Through the Python API with scripted LLMs (MockTransport): a plan that never parses fails its case before any
+    image call; inspections that never parse keep the first draft of each state instead of spending the budget."""
+    from worldeval.judge import JudgeClient, JudgeConfig, MockTransport
+    from worldeval.worldcast.generate import GenerateOptions, run_generate
+    from worldeval.worldcast.generate_api import GenConfig, GenEndpoint
+
+    script = MockTransport({
+        "You review one image": "Looks fine to me!",
+        "Get the green cube": "Here is a plan: first the cube, then the box.",
+        "The red ball": {"steps": ["held", "falling", "bounce", "rest"]},
+    })
+    llm = JudgeClient(JudgeConfig(model="llm-x", max_attempts=2, backoff_base_s=0.0), transport=script)
+    endpoint = GenEndpoint(GenConfig(model="gen-x", base_url=fake.base_url, api_key=KEY, backoff_base_s=0.0))
+    opts = GenerateOptions("interleaved", endpoint=endpoint, enhancer=llm, inspector=llm, agentic=True, budget="2K")
+    out = tmp_path / "outs"
+    res = run_generate(dataset, out, opts, case_ids=["adapt_cube_box", "phys_ball_drop"])
+    assert res.done == ["phys_ball_drop"] and list(res.failed) == ["adapt_cube_box"]
+    assert "PlanError" in res.failed["adapt_cube_box"] and "after 2 attempt(s)" in res.failed["adapt_cube_box"]
+    assert not fake.requests_to("POST /images/edits", lambda r: "green cube" in r["fields"]["prompt"])
+    assert len(fake.requests_to("POST /images/edits", lambda r: "red ball" in r["fields"]["prompt"])) == 4
+    trace = json.loads((out / "phys_ball_drop" / "generation.json").read_text())
+    assert [i["ok"] for i in trace["inspections"]] == [False] * 4 and trace["image_calls"] == 4
+    assert all("unparseable" in i["error"] for i in trace["inspections"])
+    assert [c["inspector_score"] for c in trace["choices"]] == [-1] * 4
+    failed = json.loads((out / "_generation" / "failed" / "adapt_cube_box.json").read_text())
+    assert failed["image_calls"] == 0 and failed["plan"] is None
+    # the LLMs saw the tasks but never a hint
+    hints = _hints(dataset)
+    assert script.requests and not any(h in r.text for r in script.requests for h in hints)

@@ -41,7 +41,7 @@ from worldeval.runs import (
 from worldeval.worldcast.adapters import OutputError, _step_images, read_plan
 from worldeval.worldcast.cases import WorldCastCase, load_cases
 from worldeval.worldcast.generate_api import BudgetExhausted, CallLedger, GenEndpoint, GenError
-from worldeval.worldcast.generate_plan import PlanError, inspect_step, make_plan, step_prompt, with_plan
+from worldeval.worldcast.generate_plan import inspect_step, make_plan, step_prompt, with_plan
 from worldeval.worldcast.prompts import INTERFACES, generation_request
 
 BOOKKEEPING = "_generation"
@@ -83,12 +83,24 @@ class GenerateOptions:
         if self.mode != "command" and self.endpoint is None:
             raise ValueError("no generation endpoint configured (--base-url/--gen-model) and no --command")
         if self.budget:
+            if not self.agentic:
+                raise ValueError("--budget limits the --agentic loop; the other modes make a fixed number of calls")
             parse_budget(self.budget, 1)
 
     def public(self) -> dict:
         return {
             "interface": self.interface, "mode": self.mode, "budget": self.budget, "command": self.command,
             "generator": self.endpoint.config.public() if self.endpoint else None,
+            "enhancer": _model_of(self.enhancer), "inspector": _model_of(self.inspector),
+        }
+
+    def identity(self) -> dict:
+        """What decides the outputs (hashed for resume); timeouts, retries and concurrency do not."""
+        gen = self.endpoint.config if self.endpoint else None
+        return {
+            "interface": self.interface, "mode": self.mode, "budget": self.budget, "command": self.command,
+            "generator": None if gen is None else {k: getattr(gen, k) for k in (
+                "model", "base_url", "size", "quality", "video_seconds", "video_size")},
             "enhancer": _model_of(self.enhancer), "inspector": _model_of(self.inspector),
         }
 
@@ -285,7 +297,7 @@ def run_generate(dataset: str | Path, out: str | Path, opts: GenerateOptions, *,
             raise ValueError(f"unknown case id(s): {sorted(unknown)}")
         cases = [c for c in cases if c.id in set(case_ids)]
     config = opts.public()
-    chash, fp = config_hash(config), fingerprint_dir(dataset)
+    chash, fp = config_hash(opts.identity()), fingerprint_dir(dataset)
     check_resume(book, config_hash=chash, dataset_fingerprint=fp, force=force)
     man = base_manifest("worldeval worldcast generate", {**config, "dataset": str(Path(dataset).resolve())})
     man.update(config_hash=chash, dataset_fingerprint=fp)
@@ -323,7 +335,7 @@ def _generate_case(case, opts, out: Path, book: Path, chash: str) -> tuple[str, 
     try:
         job = CaseJob(case, opts, stage, book)
         job.run()
-    except (GenError, PlanError, OutputError, ValueError, OSError) as exc:
+    except Exception as exc:  # endpoint, answer, layout or a bug: recorded, and the other cases go on
         error = f"{type(exc).__name__}: {exc}"
     elapsed = round(time.monotonic() - t0, 3)
     trace = dict(job.trace) if job else {"case_id": case.id}
