@@ -220,3 +220,122 @@ def test_too_few_objects_after_cleaning_is_a_rejection(tmp_path):
     s = build_dataset(src, out, BuildConfig(min_objects=2), client)
     assert s["rejected"] == ["x"]
     assert "1 objects left after phrase cleaning" in image_states(out)["x"]["reason"]
+
+
+# ---------------------------------------------------------------- the hf path, review, CLI
+
+
+@pytest.mark.slow
+def test_hf_concept_rounds_through_the_same_command(tmp_path, monkeypatch):
+    """SAM 3 (tiny random weights: meaningless masks, real loading and round logic) via `opis build --backend hf`."""
+    import os
+
+    from typer.testing import CliRunner
+
+    from worldeval.cli import app
+    from worldeval.opis import build_cli
+    from worldeval.opis.backends.hf_tiny import build_tiny_models
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    tiny = build_tiny_models(tmp_path / "tiny")
+    img, objs = small("000000000387")
+    src = tmp_path / "in"
+    src.mkdir()
+    Image.fromarray(img).save(src / "desk.png")
+    transport = MockTransport(ScriptedVLM({img.tobytes(): screening(objs)}))
+    monkeypatch.setattr(build_cli, "vlm_transport", lambda: transport)
+    out = tmp_path / "ds"
+    args = ["opis", "build", str(src), "--out", str(out), "--backend", "hf", "--judge-model", "scripted-vlm",
+            "--backend-option", f"sam3={tiny['sam3']}", "--backend-option", f"dinov3={tiny['dinov3']}",
+            "--backend-option", f"matcher={tiny['lightglue']}", "--backend-option", f"depth={tiny['depth_anything']}",
+            "--backend-option", "score_threshold=0.0", "--backend-option", "min_area_frac=0.0",
+            "--depth", "model", "--rounds", "2", "--min-objects", "2", "--json"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output[res.output.index("{\n"):])["accepted"] == ["desk"], res.output
+    log = read_jsonl(out / "build_log.jsonl")
+    seg = next(r for r in log if r.get("step") == "segment")
+    assert seg["method"].startswith("concept segmentation (sam3)") and seg["concepts"] == ["laptop", "cell phone"]
+    assert 1 <= len(seg["rounds"]) <= 2 and seg["rounds"][0]["new"] >= 1
+    raw = json.loads((out / "desk" / "case.json").read_text())
+    assert raw["annotation"]["segmenter"] == "hf" and raw["annotation"]["geometry"].startswith("model:")
+    assert {p["mask_source"].split(":")[0] for p in raw["annotation"]["prompts"]} == {"sam3"}
+    assert raw["reference_embeddings"]["embedder"] == "dinov3"
+    case = load_case(out / "desk")
+    assert case.geometry is not None and {i.category for i in case.instances} <= {"laptop", "cell phone"}
+    # masks of one case never overlap (IoU de-duplication, then exclusive pixels)
+    ms = list(case.masks.values())
+    assert all(not (a & b).any() for k, a in enumerate(ms) for b in ms[k + 1:])
+    assert os.environ["HF_HUB_OFFLINE"] == "1"
+
+
+def test_review_pages_and_applied_decisions(tmp_path):
+    imgs = {}
+    src = tmp_path / "in"
+    src.mkdir()
+    answers = {}
+    for name, iid in (("desk", "000000000387"), ("lunch", "000000000142")):
+        img, objs = small(iid)
+        Image.fromarray(img).save(src / f"{name}.png")
+        answers[img.tobytes()] = screening(objs)
+        imgs[name] = objs
+    out = tmp_path / "ds"
+    client, _ = client_for(ScriptedVLM(answers), out)
+    assert build_dataset(src, out, BuildConfig(review=True, min_objects=2), client)["accepted"] == ["desk", "lunch"]
+    page = (out / "review" / "desk.html").read_text()
+    assert page.count("<figure>") == len(load_case(out / "desk").instances)
+    assert "pan-left" not in page and "The camera" in page and TASK["instruction"] in page and "laptop" in page
+    assert json.loads((out / "review" / "decisions.json").read_text()) == \
+        {"desk": {"decision": "accept"}, "lunch": {"decision": "accept"}}
+    desk = load_case(out / "desk")
+    ids = [i.id for i in desk.instances]
+    decisions = tmp_path / "decisions.json"
+    decisions.write_text(json.dumps({
+        "desk": {"decision": "edit", "drop": [ids[-1]], "category": {ids[0]: "silver laptop"},
+                 "track": {ids[0]: "dynamic"}, "instruction": "Pan left and come back."},
+        "lunch": {"decision": "reject", "reason": "table cut off"}}))
+    from typer.testing import CliRunner
+
+    from worldeval.cli import app
+
+    res = CliRunner().invoke(app, ["opis", "build", "--out", str(out), "--apply-review", str(decisions)])
+    assert res.exit_code == 0, res.output
+    edited = load_case(out / "desk")
+    assert [i.id for i in edited.instances] == ids[:-1]
+    assert edited.instances[0].category == "silver laptop" and edited.instances[0].track == "dynamic"
+    assert edited.spec.instruction == "Pan left and come back."
+    emb = json.loads((out / "desk" / "case.json").read_text())["reference_embeddings"]
+    assert emb["order"] == ids[:-1] and np.load(out / "desk" / emb["file"]).shape[0] == len(ids) - 1
+    assert json.loads((out / "dataset.json").read_text())["cases"] == ["desk"]
+    assert (out / ".build" / "rejected" / "lunch" / "case.json").exists() and not (out / "lunch").exists()
+    # a rerun of the build keeps the human decisions
+    assert sorted(build_dataset(src, out, BuildConfig(min_objects=2), client)["skipped"]) == ["desk", "lunch"]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"desk": {"decision": "edit", "kinematics": {ids[0]: "bouncy"}}}))
+    res = CliRunner().invoke(app, ["opis", "build", "--out", str(out), "--apply-review", str(bad)])
+    assert res.exit_code == 2 and "bad.json" in res.output and "kinematics" in res.output
+
+
+def test_cli_keeps_the_key_out_of_every_file(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from worldeval.cli import app
+    from worldeval.opis import build_cli
+
+    key = "sk-build-SECRET-5be1"
+    img, objs = small("000000000387")
+    src = tmp_path / "in"
+    src.mkdir()
+    Image.fromarray(img).save(src / "desk.png")
+    transport = MockTransport(ScriptedVLM({img.tobytes(): screening(objs)}))
+    monkeypatch.setattr(build_cli, "vlm_transport", lambda: transport)
+    out = tmp_path / "ds"
+    res = CliRunner().invoke(app, ["opis", "build", str(src), "--out", str(out), "--judge-model", "scripted-vlm",
+                                   "--api-key", key, "--min-objects", "2"])
+    assert res.exit_code == 0, res.output
+    assert "1 accepted" in res.output
+    for f in out.rglob("*"):
+        if f.is_file():
+            assert key.encode() not in f.read_bytes(), f
+    run_rec = next(r for r in read_jsonl(out / "build_log.jsonl") if r.get("step") == "run")
+    assert run_rec["vlm"]["model"] == "scripted-vlm" and run_rec["vlm"]["api_key_set"] is True

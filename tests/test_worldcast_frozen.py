@@ -46,20 +46,31 @@ def judge_samples(make_client, run: Path) -> None:
 
     for model in ("correct", "shuffled"):
         client = make_client(model)
-        run_judge(sample_dataset(), sample_outputs(model), model, run, client, step_accuracy=True)
+        run_judge(sample_dataset(), sample_outputs(model), model, run, client, step_accuracy=True, step_scope="all")
+
+
+# Fields added after the freeze by issue 13 (judge settings, response mode per call); checked apart.
+ADDED_FIELDS = ("judge_settings", "response_mode", "sent_options", "step_scope")
 
 
 def comparable(run: Path) -> list[dict]:
     recs = [json.loads(l) for l in (run / "judgments.jsonl").read_text().splitlines()]
     for r in recs:
         r.pop("latency_s", None)
+        assert r.pop("judge_settings") == {"reasoning_effort": None, "temperature": 0.0, "max_tokens": None, "options": {}}
+        assert r.pop("response_mode") == "json_schema" and r.pop("sent_options") == {"temperature": 0.0, "seed": 0}
+        assert r.pop("step_scope", "all") == "all"
+        assert not set(ADDED_FIELDS) & set(r)
     return sorted(recs, key=lambda r: (r["model"], r["case_id"], r["metric"], r["step"] or 0))
 
 
 def scores(run: Path) -> dict:
     from worldeval.worldcast.scoring import score_runs
 
-    return json.loads(json.dumps(score_runs([run], step_accuracy=True), sort_keys=True))
+    res = json.loads(json.dumps(score_runs([run], step_accuracy=True), sort_keys=True))
+    for m in res["models"].values():
+        assert m.pop("step_accuracy_scope") == ["all"]
+    return res
 
 
 def test_prompt_hashes_frozen():

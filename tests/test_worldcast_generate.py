@@ -219,7 +219,8 @@ def judge(ds: Path, outputs: Path, run: Path, cases=None, step_accuracy=False):
 
     mock = MockTransport(answer)
     client = JudgeClient(JudgeConfig(model="judge-x", max_attempts=1), transport=mock)
-    run_judge(ds, outputs, "gen-x", run, client, step_accuracy=step_accuracy, case_ids=cases)
+    # step_scope "all": goal_tiles shows its goal state, so the paper's step scope would leave it out
+    run_judge(ds, outputs, "gen-x", run, client, step_accuracy=step_accuracy, step_scope="all", case_ids=cases)
     return [json.loads(line) for line in (run / "judgments.jsonl").read_text().splitlines()], mock
 
 

@@ -116,8 +116,9 @@ def test_judge_run_faults_scores_resume_cache_and_no_key(judge_server, tmp_path)
     F[("correct", "goal_tiles", "PA", None)] = ["prose!"]
     _judge(runner, srv, "correct", run, cache)
 
-    # 15 items; extra requests: 2x500, 2x429, 1 out-of-range, 1 timeout, 2 more prose attempts
-    assert srv.count() == 15 + 2 + 2 + 1 + 1 + 2
+    # 15 items and the preflight request; extra requests: 2x500, 2x429, 1 out-of-range, 1 timeout, 2 more prose attempts
+    assert srv.count(FakeJudge.preflight_request) == 1
+    assert srv.count() == 1 + 15 + 2 + 2 + 1 + 1 + 2
     recs = [json.loads(l) for l in (run / "judgments.jsonl").read_text().splitlines()]
     assert len(recs) == 15
     by = {(r["case_id"], r["metric"]): r for r in recs}
@@ -137,6 +138,8 @@ def test_judge_run_faults_scores_resume_cache_and_no_key(judge_server, tmp_path)
     # OC sees the references and the final image only; the others see references + every state.
     refs = {c.id: len(c.images) for c in load_cases(sample_dataset())}
     for req in srv.requests:
+        if FakeJudge.preflight_request(req):
+            continue
         if req.get("metric") == "OC":
             assert len(req["images"]) == refs[req["case"]] + 1
             assert "Generated state 2" not in req["text"]
@@ -161,11 +164,11 @@ def test_judge_run_faults_scores_resume_cache_and_no_key(judge_server, tmp_path)
     assert s["categories"]["visual_goal_realization"] is None
     assert s["categories"]["logic_and_rules"] == pytest.approx(86.0)
 
-    # Resume: only the failed item is asked again.
+    # Resume: only the failed item is asked again (after the new run's preflight request).
     srv.faults.clear()
     before = srv.count()
     _judge(runner, srv, "correct", run, cache)
-    assert srv.count() == before + 1
+    assert srv.count() == before + 2
     s = _score(runner, run)["models"]["correct"]
     assert s["n_failed"] == 0
     assert s["final"] == pytest.approx(sum(f for f, _ in finals.values()) / 4)
@@ -209,11 +212,30 @@ def test_judge_run_faults_scores_resume_cache_and_no_key(judge_server, tmp_path)
     assert all(r["auth"] == f"Bearer {KEY}" for r in srv.requests)
 
 
-def test_step_accuracy_curve(tmp_path):
+def test_step_accuracy_paper_scope(tmp_path):
+    """The paper's curve: four-step cases without an endpoint reference image, per step index."""
     from worldeval.worldcast.judging import run_judge
 
     runner, judge, run = CliRunner(), MockJudge(), tmp_path / "run"
     run_judge(sample_dataset(), sample_outputs("correct"), "correct", run, judge.client(), step_accuracy=True)
+    # adapt_cube_box (2 steps) and logic_hanoi2 (3) are not four-step cases; goal_tiles (4) shows its goal state
+    steps = [(r["case"], r["step"]) for r in judge.infos if r["metric"] == "STEP"]
+    assert sorted(steps) == [("phys_ball_drop", k) for k in (1, 2, 3, 4)]
+    res = _score(runner, run, extra=["--step-accuracy"])["models"]["correct"]
+    assert res["step_accuracy_scope"] == ["paper"]
+    assert {k: (v["accuracy"], v["n"]) for k, v in res["step_accuracy"].items()} == \
+        {"1": (100.0, 1), "2": (100.0, 1), "3": (0.0, 1), "4": (100.0, 1)}  # phys_ball_drop step 3 is wrong
+    # the readable table has one column per step index
+    table = runner.invoke(app, ["worldcast", "score", str(run), "--step-accuracy"])
+    assert table.exit_code == 0 and "step 3" in table.stdout and "0.0 (1)" in table.stdout
+
+
+def test_step_accuracy_curve_all_cases(tmp_path):
+    from worldeval.worldcast.judging import run_judge
+
+    runner, judge, run = CliRunner(), MockJudge(), tmp_path / "run"
+    run_judge(sample_dataset(), sample_outputs("correct"), "correct", run, judge.client(), step_accuracy=True,
+              step_scope="all")
     n_steps = sum(STEP_LEN.values())
     assert sum(r["metric"] == "STEP" for r in judge.infos) == n_steps
     # Step requests carry only the designated image besides the references.

@@ -7,7 +7,8 @@ transport: `OpenAICompatTransport` (an OpenAI-compatible endpoint) or
 """
 
 from worldeval.judge.cache import JudgeCache
-from worldeval.judge.client import JudgeAnswer, JudgeClient, JudgeConfig, JudgeImage
+from worldeval.judge.client import JudgeAnswer, JudgeClient, JudgeConfig, JudgeImage, JudgeUnavailable
+from worldeval.judge.options import parse_judge_options, parse_temperature
 from worldeval.judge.mock import MockTransport
 from worldeval.judge.openai_compat import OpenAICompatTransport
 from worldeval.judge.parse import AnswerError, extract_json, score_validator
@@ -18,6 +19,7 @@ from worldeval.judge.transport import (
 
 __all__ = [
     "AnswerError", "JudgeAnswer", "JudgeBadReply", "JudgeCache", "JudgeClient", "JudgeConfig", "JudgeConnectionError",
-    "JudgeHTTPError", "JudgeImage", "JudgeRequest", "JudgeTimeout", "MockTransport", "OpenAICompatTransport",
+    "JudgeHTTPError", "JudgeImage", "JudgeRequest", "JudgeTimeout", "JudgeUnavailable", "MockTransport",
+    "OpenAICompatTransport", "parse_judge_options", "parse_temperature",
     "Transport", "TransportError", "TransportReply", "extract_json", "score_validator",
 ]

@@ -22,7 +22,10 @@ An answer is a `str` (the reply text), a `dict` (sent as its JSON text), a
 instance, raised as if the wire failed: `JudgeHTTPError(429, retry_after=0)`,
 `JudgeHTTPError(500)`, `JudgeTimeout()`, `JudgeConnectionError()`).
 Every request is kept in `requests` (thread-safe), so a test can count them and
-look at what was sent.
+look at what was sent. The preflight request of a client with `preflight=True`
+(`request.purpose == "preflight"`) gets the `preflight` answer (default
+`{"ok": true}`; an exception there makes the endpoint look dead); with
+`preflight=None` it goes to the script like any other request.
 """
 
 from __future__ import annotations
@@ -38,12 +41,14 @@ class MockTransport:
     name = "mock"
 
     def __init__(self, script: Callable[[JudgeRequest], Answer] | Sequence[Answer] | Mapping[str, Any],
-                 usage: dict | None = None, default: Answer | None = None):
+                 usage: dict | None = None, default: Answer | None = None,
+                 preflight: Answer | None = '{"ok": true}'):
         if not (callable(script) or isinstance(script, (list, tuple, Mapping))):
             raise TypeError(f"MockTransport script must be a callable, a list or a dict, not {type(script).__name__}")
         self.script = script
         self.usage = dict(usage or {})
         self.default = default
+        self.preflight = preflight
         self.requests: list[JudgeRequest] = []
         self._lock = threading.Lock()
         self._used: dict[Any, int] = {}
@@ -86,7 +91,10 @@ class MockTransport:
     def send(self, request: JudgeRequest) -> TransportReply:
         with self._lock:
             self.requests.append(request)
-        answer = self._pick(request)
+        if request.purpose == "preflight" and self.preflight is not None:
+            answer = self.preflight
+        else:
+            answer = self._pick(request)
         if isinstance(answer, type) and issubclass(answer, BaseException):
             raise answer()
         if isinstance(answer, BaseException):

@@ -7,6 +7,8 @@ part of `repr`, of `describe()` or of any request field the client sees.
 from __future__ import annotations
 
 import threading
+import time
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 from worldeval.judge.transport import (
@@ -31,9 +33,20 @@ def _usage_dict(usage: Any) -> dict:
 
 
 def _retry_after(exc: Any) -> float | None:
+    """Retry-After in seconds: a number, or an HTTP date (RFC 9110 allows both)."""
     try:
-        return float(exc.response.headers.get("retry-after"))
-    except Exception:
+        value = exc.response.headers.get("retry-after")
+    except AttributeError:
+        return None
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
         return None
 
 

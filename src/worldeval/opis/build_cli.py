@@ -60,6 +60,18 @@ def _echo_summary(summary: dict, as_json: bool, what: str) -> None:
         typer.echo(f"  failed {f.get('image')}: {f.get('file')}: {f.get('field')}: {f.get('reason')}", err=True)
 
 
+def _config(backend, backend_option, device, vocabulary, min_objects, rounds, dedup_iou, kinematics, track, depth,
+            domain, subcategory, duration, max_side, seed, review):
+    from worldeval.opis.build import BuildConfig
+    from worldeval.opis.cli_eval import _parse_options
+
+    return BuildConfig(backend=backend, backend_options=_parse_options(backend_option), device=device,
+                       vocabulary=read_vocabulary(vocabulary), min_objects=min_objects, rounds=rounds,
+                       dedup_iou=dedup_iou, kinematics=_parse_options(kinematics), track=_parse_options(track),
+                       depth=depth, domain=domain, subcategory=subcategory, duration_s=duration,
+                       max_side=max_side or None, seed=seed, review=review).check()
+
+
 def _build(
     images: Optional[Path] = typer.Argument(None, help="Folder of images (or of <id>/image.jpg folders), or a list file."),
     out: Path = typer.Option(..., "--out", help="Dataset folder to write (one case folder per accepted image)."),
@@ -87,9 +99,8 @@ def _build(
 ) -> None:
     """Build OPIS cases from images: VLM screening, phrase cleaning, segmentation, labels, task, geometry."""
     from worldeval.errors import InputError
-    from worldeval.opis.build import BuildConfig, BuildError, build_dataset
+    from worldeval.opis.build import BuildError, build_dataset
     from worldeval.opis.build_review import apply_review_file
-    from worldeval.opis.cli_eval import _parse_options
 
     try:
         if apply_review is not None:
@@ -97,11 +108,8 @@ def _build(
             return
         if images is None:
             raise BuildError("IMAGES", "images", "give a folder of images or a list file (or --apply-review FILE)")
-        cfg = BuildConfig(backend=backend, backend_options=_parse_options(backend_option), device=device,
-                          vocabulary=read_vocabulary(vocabulary), min_objects=min_objects, rounds=rounds,
-                          dedup_iou=dedup_iou, kinematics=_parse_options(kinematics), track=_parse_options(track),
-                          depth=depth, domain=domain, subcategory=subcategory, duration_s=duration,
-                          max_side=max_side, seed=seed, review=review)
+        cfg = _config(backend, backend_option, device, vocabulary, min_objects, rounds, dedup_iou, kinematics, track,
+                      depth, domain, subcategory, duration, max_side, seed, review)
         client = vlm_client(out, base_url, judge_model, api_key)
         progress = None if as_json else (lambda name: typer.echo(f"building {name}...", err=True))
         summary = build_dataset(images, out, cfg, client, progress=progress)
@@ -155,7 +163,47 @@ def _source(
         typer.echo(f"opis source -> {out}: " + ", ".join(f"{len(v)} {k}" for k, v in summary.items()))
 
 
+def _cases_from_videos(
+    videos: Path = typer.Argument(..., help="A video, a folder of videos, or a list file: the model outputs to evaluate."),
+    out: Path = typer.Option(..., "--out", help="Dataset folder to write (one case per video, from its first frame)."),
+    rollouts: Optional[Path] = typer.Option(None, "--rollouts", help="Rollouts folder to fill (default: DATASET_rollouts beside it)."),
+    backend: str = typer.Option("classical", "--backend", help="classical (GrabCut from VLM boxes) or hf (SAM 3 rounds)."),
+    backend_option: List[str] = typer.Option([], "--backend-option", help="hf backend KEY=VALUE."),
+    vocabulary: Optional[Path] = typer.Option(None, "--vocabulary", help="Noun phrases to use (a line each, or a JSON list)."),
+    base_url: Optional[str] = typer.Option(None, "--base-url", help="VLM endpoint (OpenAI-compatible)."),
+    judge_model: Optional[str] = typer.Option(None, "--judge-model", help="VLM model name."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", help="VLM API key (never written anywhere)."),
+    min_objects: int = typer.Option(1, "--min-objects", help="Screening: fewest objects a first frame needs."),
+    kinematics: List[str] = typer.Option([], "--kinematics", help="PHRASE=rigid|articulated|deformable."),
+    track: List[str] = typer.Option([], "--track", help="PHRASE=static|dynamic."),
+    depth: Optional[str] = typer.Option(None, "--depth", help="'model': the backend's depth model; default: flat."),
+    domain: str = typer.Option("real_world", "--domain"),
+    subcategory: str = typer.Option("user_videos", "--subcategory"),
+    device: str = typer.Option("cpu", "--device"),
+    seed: int = typer.Option(0, "--seed"),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Make an OPIS dataset and rollouts folder from your own videos (frame 0 of each is I0)."""
+    from worldeval.errors import InputError
+    from worldeval.opis.cases_from_videos import cases_from_videos
+
+    try:
+        # The case keeps the video's own resolution (max_side 0), so I0 and the rollout frames agree.
+        cfg = _config(backend, backend_option, device, vocabulary, min_objects, 3, 0.8, kinematics, track, depth,
+                      domain, subcategory, 10.0, 0, seed, False)
+        client = vlm_client(out, base_url, judge_model, api_key)
+        progress = None if as_json else (lambda name: typer.echo(f"building {name}...", err=True))
+        summary = cases_from_videos(videos, out, cfg, client, rollouts, progress=progress)
+    except InputError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    _echo_summary(summary, as_json, f"opis cases-from-videos -> {out} (rollouts: {summary['rollouts']})")
+    if summary["failed"] and not (summary["accepted"] or summary["skipped"]):
+        raise typer.Exit(1)
+
+
 def register(app: typer.Typer) -> None:
     """Add `build`, `source` and `cases-from-videos` to the `opis` command group."""
     app.command("build")(_build)
     app.command("source")(_source)
+    app.command("cases-from-videos")(_cases_from_videos)

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict
 
 from worldeval.opis.archive import COLUMNS
 from worldeval.opis.backends.base import Backend, Observation
-from worldeval.opis.case import Case, CaseError, Geometry, default_intrinsics, load_case
+from worldeval.opis.case import Case, CaseError, Geometry, default_intrinsics, encode_rle, load_case
 from worldeval.opis.perception import projection as P
 from worldeval.opis.perception.association import associate, box_iou, geometric_gate
 from worldeval.opis.perception.camera import CameraEstimate, estimate_camera
@@ -417,6 +417,8 @@ def _evaluate_frame(bank: ReferenceBank, frame: np.ndarray, backend: Backend, co
                 "box": _box_list(box),
                 "appearance": None if appearance[i] is None else round(appearance[i], 4),
                 "structure": None if structure[i] is None else round(structure[i], 4),
+                # the matched observation's own mask (COCO RLE), for audits against ground truth
+                "mask": encode_rle(obs[j].mask) if j is not None else None,
             }
         )
     for j in extras:

@@ -23,20 +23,50 @@ def _default_cache(run_dir: Path) -> Path:
     return (Path(root) if root else Path(run_dir)) / "judge_cache.sqlite"
 
 
-def _make_client(base_url, judge_model, api_key, concurrency, timeout, max_attempts, seed, json_mode, cache, no_cache,
-                 backoff, image_max_side, out: Path):
+def _make_client(out: Path, cache: Optional[Path], no_cache: bool, **settings):
+    """The judge client of one run; `settings` are JudgeConfig fields given on the command line."""
     from worldeval.judge import JudgeCache, JudgeClient, JudgeConfig
 
     try:
-        cfg = JudgeConfig.resolve(
-            base_url=base_url, model=judge_model, api_key=api_key, concurrency=concurrency, timeout_s=timeout,
-            max_attempts=max_attempts, seed=seed, json_mode=json_mode, backoff_base_s=backoff,
-            image_max_side=image_max_side or None,
-        )
+        cfg = JudgeConfig.resolve(**settings)
     except ValueError as exc:
         _fail(str(exc))
     jc = None if no_cache else JudgeCache(cache or _default_cache(out))
     return JudgeClient(cfg, jc)
+
+
+def _judge_settings(temperature: Optional[str], judge_option: List[str]) -> dict:
+    from worldeval.judge import parse_judge_options, parse_temperature
+
+    out: dict = {}
+    try:
+        if temperature is not None:
+            out["temperature"] = parse_temperature(temperature)
+        if judge_option:
+            out["options"] = parse_judge_options(judge_option)
+    except ValueError as exc:
+        _fail(str(exc))
+    return out
+
+
+def _step_table(res: dict):
+    """Designated-step accuracy per step index: percent (cases judged), one row per model."""
+    from rich.table import Table
+
+    steps = sorted({int(k) for s in res["models"].values() for k in (s.get("step_accuracy") or {})})
+    table = Table(title="Designated-step accuracy (%; cases in brackets)")
+    table.add_column("model")
+    table.add_column("scope")
+    for k in steps:
+        table.add_column(f"step {k}", justify="right")
+    for m, s in res["models"].items():
+        curve = s.get("step_accuracy") or {}
+        cells = []
+        for k in steps:
+            v = curve.get(str(k))
+            cells.append("-" if v is None or v["accuracy"] is None else f"{v['accuracy']:.1f} ({v['n']})")
+        table.add_row(m, ",".join(s.get("step_accuracy_scope") or []), *cells)
+    return table
 
 
 def register(app: typer.Typer) -> None:
@@ -56,24 +86,39 @@ def register(app: typer.Typer) -> None:
         timeout: float = typer.Option(180.0, "--timeout", help="Seconds per request before it counts as a timeout."),
         max_attempts: int = typer.Option(5, "--max-attempts", min=1, help="Attempts per item (retries on 429/5xx/timeouts/unparseable)."),
         backoff: float = typer.Option(1.0, "--backoff", help="First retry delay in seconds (doubles, with jitter)."),
+        backoff_max: float = typer.Option(60.0, "--backoff-max", min=0, help="Longest wait between attempts, Retry-After included."),
         seed: int = typer.Option(0, "--seed", help="Sampling seed sent to servers that take one."),
+        reasoning_effort: Optional[str] = typer.Option(None, "--reasoning-effort", help="low, medium or high, for reasoning models (the paper: medium)."),
+        temperature: Optional[str] = typer.Option(None, "--temperature", help="Sampling temperature (default 0; dropped for the run if the model refuses it; 'default' never sends one)."),
+        max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1, help="Answer length limit (sent as max_completion_tokens if the endpoint asks for it)."),
+        judge_option: List[str] = typer.Option([], "--judge-option", help="Extra request body field KEY=VALUE (VALUE as JSON when it parses; repeatable)."),
         json_mode: bool = typer.Option(True, "--json-mode/--no-json-mode", help="Ask for a JSON response format."),
+        structured: bool = typer.Option(True, "--structured/--no-structured", help="Ask for the answer's JSON schema (structured output) before plain JSON mode."),
+        preflight: bool = typer.Option(True, "--preflight/--no-preflight", help="One small request first; a dead endpoint, a refused key or an unknown model stops the run at once."),
         image_max_side: int = typer.Option(1024, "--image-max-side", help="Downscale larger images before sending (0: never)."),
         cache: Optional[Path] = typer.Option(None, "--cache", help="SQLite answer cache (default RUN_DIR/judge_cache.sqlite, or $WORLDEVAL_CACHE_DIR)."),
         no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the answer cache."),
         step_accuracy: bool = typer.Option(False, "--step-accuracy", help="Also judge each step on its own (designated-step accuracy)."),
+        step_scope: str = typer.Option("paper", "--step-scope", help="Cases given step checks: paper (four-step cases without an endpoint reference image) or all."),
         keyframes: str = typer.Option("changepoint", "--keyframes", help="Video keyframe selector: changepoint (no model) or agentic (asks the judge endpoint)."),
         keyframe_samples: int = typer.Option(16, "--keyframe-samples", help="Frames shown to the agentic selector."),
         case: List[str] = typer.Option([], "--case", help="Judge only these case ids (repeatable)."),
         quiet: bool = typer.Option(False, "--quiet", "-q"),
     ) -> None:
         """Judge one model's outputs with a multimodal LLM and write judgments.jsonl + manifest.json."""
+        from worldeval.judge import JudgeUnavailable
         from worldeval.worldcast.cases import CaseError
         from worldeval.worldcast.judging import run_judge
         from worldeval.worldcast.keyframes import AgenticSelector, ChangePointSelector
 
-        client = _make_client(base_url, judge_model, api_key, concurrency, timeout, max_attempts, seed, json_mode,
-                              cache, no_cache, backoff, image_max_side, out)
+        if step_scope not in ("paper", "all"):
+            _fail(f"--step-scope must be paper or all, not {step_scope!r}")
+        client = _make_client(
+            out, cache, no_cache, base_url=base_url, model=judge_model, api_key=api_key, concurrency=concurrency,
+            timeout_s=timeout, max_attempts=max_attempts, seed=seed, json_mode=json_mode, backoff_base_s=backoff,
+            backoff_max_s=backoff_max, image_max_side=image_max_side or None, reasoning_effort=reasoning_effort,
+            max_tokens=max_tokens, structured=structured, preflight=preflight,
+            **_judge_settings(temperature, judge_option))
         if keyframes == "changepoint":
             selector = ChangePointSelector()
         elif keyframes == "agentic":
@@ -81,10 +126,13 @@ def register(app: typer.Typer) -> None:
         else:
             _fail(f"--keyframes must be changepoint or agentic, not {keyframes!r}")
         try:
-            res = run_judge(dataset, outputs, model, out, client, step_accuracy=step_accuracy,
+            res = run_judge(dataset, outputs, model, out, client, step_accuracy=step_accuracy, step_scope=step_scope,
                             keyframe_selector=selector, case_ids=list(case) or None,
                             progress=None if quiet else (lambda s: typer.echo(s, err=True)),
                             extra_config={"cache": None if no_cache else str(cache or _default_cache(out))})
+        except JudgeUnavailable as exc:
+            typer.echo(f"error: {exc}; nothing more was asked (rerun when the endpoint works)", err=True)
+            raise typer.Exit(3)
         except (CaseError, ValueError) as exc:
             _fail(str(exc))
         finally:
@@ -126,12 +174,7 @@ def register(app: typer.Typer) -> None:
         console = Console(width=max(160, Console().width))
         console.print(table)
         if step_accuracy:
-            for m, s in res["models"].items():
-                curve = s.get("step_accuracy") or {}
-                if curve:
-                    line = ", ".join(f"step {k}: {v['accuracy']:.1f}% (n={v['n']})" if v["accuracy"] is not None
-                                     else f"step {k}: - (n=0)" for k, v in curve.items())
-                    console.print(f"{m} step accuracy: {line}")
+            console.print(_step_table(res))
 
     @app.command("agreement")
     def agreement_cmd(

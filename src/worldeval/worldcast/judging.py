@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from worldeval.judge.client import JudgeClient, JudgeImage
+from worldeval.judge.client import JudgeClient, JudgeImage, JudgeUnavailable
 from worldeval.runs import atomic_write_json, base_manifest, fingerprint_dir
 from worldeval.worldcast.adapters import StepSequence, adapt_output
 from worldeval.worldcast.cases import WorldCastCase, load_cases
@@ -29,15 +29,19 @@ from worldeval.worldcast.records import (
 )
 
 
-def case_metrics(case: WorldCastCase, step_accuracy: bool, n_states: int | None = None) -> list[tuple[str, int | None]]:
-    """The items a case needs: every case metric it is asked for (OC only when outcome_weight > 0), then
-    the designated-step checks on request."""
+def case_metrics(case: WorldCastCase, step_accuracy: bool, n_states: int | None = None,
+                 step_scope: str = "paper") -> list[tuple[str, int | None]]:
+    """The items a case needs: every case metric it is asked for (OC only when outcome_weight > 0), then,
+    on request, the designated-step checks of each generated state for the cases in `step_scope`."""
     items: list[tuple[str, int | None]] = []
     for key, spec in METRICS.items():
+        if spec.per_step and not step_accuracy:
+            continue
+        if not spec.asked_for(case, step_scope):
+            continue
         if spec.per_step:
-            if step_accuracy:
-                items += [(key, k) for k in range(1, (n_states or case.steps) + 1)]
-        elif spec.asked_for(case):
+            items += [(key, k) for k in range(1, (n_states or case.steps) + 1)]
+        else:
             items.append((key, None))
     return items
 
@@ -51,6 +55,7 @@ class JudgeRunResult:
     failed: int = 0
     adapter_failures: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
+    aborted: str | None = None  # why the run stopped early (the judge endpoint was unusable)
 
 
 def run_judge(
@@ -61,6 +66,7 @@ def run_judge(
     client: JudgeClient,
     *,
     step_accuracy: bool = False,
+    step_scope: str = "paper",
     keyframe_selector=None,
     case_ids: list[str] | None = None,
     progress: Callable[[str], None] | None = None,
@@ -85,15 +91,17 @@ def run_judge(
             else:
                 result.failed += 1
 
+    settings = client.config.settings()
+
     def base(case: WorldCastCase, metric: str, step: int | None, interface: str | None) -> dict:
-        return judgment_base(model, case, metric, step, client.config.model, interface)
+        return judgment_base(model, case, metric, step, client.config.model, interface, settings)
 
     def done(case: WorldCastCase, metric: str, step: int | None) -> bool:
         return latest.get((model, case.id, metric, step), {}).get("status") == "ok"
 
     tasks = []
     for case in cases:
-        expected = case_metrics(case, step_accuracy)
+        expected = case_metrics(case, step_accuracy, None, step_scope)
         if all(done(case, m, s) for m, s in expected):
             result.kept += len(expected)
             continue
@@ -106,29 +114,41 @@ def run_judge(
                 if not done(case, m, s):
                     record({**base(case, m, s, None), **failure_fields(f"output: {exc}")})
             continue
-        for m, s in case_metrics(case, step_accuracy, len(seq.images)):
+        for m, s in case_metrics(case, step_accuracy, len(seq.images), step_scope):
             if done(case, m, s):
                 result.kept += 1
             else:
                 tasks.append((case, seq, m, s))
 
     def ask(case: WorldCastCase, seq: StepSequence, metric: str, step: int | None) -> dict:
-        return {**base(case, metric, step, seq.interface), **ask_item(client, case, seq, metric, step)}
+        rec = {**base(case, metric, step, seq.interface), **ask_item(client, case, seq, metric, step)}
+        if METRICS[metric].per_step:
+            rec["step_scope"] = step_scope
+        return rec
 
     result.asked = len(tasks)
     say(f"{len(tasks)} judge items to ask, {result.kept} kept from earlier runs")
-    with ThreadPoolExecutor(max_workers=max(1, int(client.config.concurrency))) as pool:
-        futs = {pool.submit(ask, *t): t for t in tasks}
-        for fut in as_completed(futs):
-            case, seq, m, s = futs[fut]
-            try:
-                rec = fut.result()
-            except Exception as exc:  # a bug or unreadable image must not kill the other items
-                rec = {**base(case, m, s, seq.interface), **failure_fields(f"{type(exc).__name__}: {exc}")}
-            record(rec)
-            say(f"{case.id} {m}{'' if s is None else s}: {rec['status']} {rec.get('score')}")
-    result.elapsed_s = time.monotonic() - t0
-    _write_manifest(out_dir, dataset, outputs, model, client, result, step_accuracy, keyframe_selector, extra_config)
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, int(client.config.concurrency))) as pool:
+            futs = {pool.submit(ask, *t): t for t in tasks}
+            for fut in as_completed(futs):
+                case, seq, m, s = futs[fut]
+                try:
+                    rec = fut.result()
+                except JudgeUnavailable:
+                    pool.shutdown(wait=True, cancel_futures=True)
+                    raise
+                except Exception as exc:  # a bug or unreadable image must not kill the other items
+                    rec = {**base(case, m, s, seq.interface), **failure_fields(f"{type(exc).__name__}: {exc}")}
+                record(rec)
+                say(f"{case.id} {m}{'' if s is None else s}: {rec['status']} {rec.get('score')}")
+    except JudgeUnavailable as exc:
+        result.aborted = str(exc)
+        raise
+    finally:
+        result.elapsed_s = time.monotonic() - t0
+        _write_manifest(out_dir, dataset, outputs, model, client, result, step_accuracy and step_scope,
+                        keyframe_selector, extra_config)
     return result
 
 
@@ -138,7 +158,7 @@ def ask_item(client: JudgeClient, case: WorldCastCase, seq: StepSequence, metric
     loader = lambda p: JudgeImage.from_path(p, client.config.image_max_side)
     content = build_judge_content(spec, case, seq.images, seq.plans, step, image_loader=loader)
     answer = client.ask_json(
-        content, validator=spec.validator(step),
+        content, validator=spec.validator(step), schema=spec.answer_schema(step),
         cache_extra={"metric": metric, "prompt_version": spec.prompt_hash, "hints": case.hints, "step": step},
     )
     return {**answer_fields(answer), "n_states": len(seq.images), "warnings": seq.warnings}
@@ -176,7 +196,7 @@ def _write_manifest(out_dir, dataset, outputs, model, client, result, step_accur
         "dataset": str(Path(dataset).resolve()),
         "outputs": str(Path(outputs).resolve()),
         "model": model,
-        "judge": client.config.public(),
+        "judge": {**client.config.public(), "learned": client.options.public(), "preflight": client.preflight_status()},
         "step_accuracy": step_accuracy,
         "keyframe_selector": getattr(selector, "name", "changepoint"),
         **(extra_config or {}),
@@ -188,7 +208,7 @@ def _write_manifest(out_dir, dataset, outputs, model, client, result, step_accur
     runs = prev.get("runs", []) if isinstance(prev.get("runs"), list) else []
     runs.append({
         "model": model, "asked": result.asked, "kept": result.kept, "ok": result.ok, "failed": result.failed,
-        "adapter_failures": result.adapter_failures, "elapsed_s": round(result.elapsed_s, 3),
+        "adapter_failures": result.adapter_failures, "elapsed_s": round(result.elapsed_s, 3), "aborted": result.aborted,
         "usage": dict(client.totals), "finished_unix": time.time(),
     })
     man["runs"] = runs

@@ -20,6 +20,10 @@ from worldeval.worldcast import prompts as P
 from worldeval.worldcast.cases import WorldCastCase
 
 SEES = ("sequence", "final", "designated_step")
+# Which cases get designated-step checks. "paper": the four-step cases without an endpoint reference image
+# (section 4.3.2: the per-step curve over 195 such cases); "all": every case, every generated state.
+STEP_SCOPES = ("paper", "all")
+PAPER_STEP_COUNT = 4
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,9 @@ class JudgeMetric:
     def rubric_text(self) -> str:
         return self.rubric + "\n" + P.COMMON
 
-    def asked_for(self, case: WorldCastCase) -> bool:
+    def asked_for(self, case: WorldCastCase, step_scope: str = "paper") -> bool:
+        if self.per_step:
+            return step_case(case, step_scope)
         return case.outcome_weight > 0 if self.outcome_only else True
 
     def final_weight(self, outcome_weight: float = 0.0) -> float:
@@ -87,6 +93,13 @@ class JudgeMetric:
         if self.per_step:
             return self.contract.format(step=step)
         return self.contract.format(levels=", ".join(str(v) for v in self.levels))
+
+
+def step_case(case: WorldCastCase, scope: str = "paper") -> bool:
+    """Whether `case` gets designated-step checks under `scope` (see STEP_SCOPES)."""
+    if scope not in STEP_SCOPES:
+        raise ValueError(f"step scope must be one of {STEP_SCOPES}, not {scope!r}")
+    return scope == "all" or (case.steps == PAPER_STEP_COUNT and not case.has_endpoint_reference)
 
 
 def _step_check(step: int | None):

@@ -6,6 +6,9 @@ appends, so the latest line of an item wins. Every line is a JSON object:
     model, case_id, category, level, outcome_weight   what was judged
     metric, metric_name, step                         which judge question (step only for STEP)
     judge_model, prompt_hash, interface               who asked what, on which output interface
+    judge_settings                                    reasoning_effort, temperature, max_tokens, options asked for
+    response_mode, sent_options                       json_schema | json_object | text, and the options actually
+                                                      sent on the last attempt (after refusals were learned)
     status "ok" | "failed", score, evidence           the result (score null when failed, never 0)
     raw, error, attempt_errors, attempts, latency_s,  the call log
     usage, cached, request_hash, n_states, warnings
@@ -31,7 +34,8 @@ _OPTIONAL_TYPES: dict[str, tuple] = {
     "judge_model": (str,), "prompt_hash": (str,), "error": (str, type(None)), "evidence": (str, type(None)),
     "raw": (str, type(None)), "attempts": (int,), "latency_s": (int, float), "usage": (dict,), "cached": (bool,),
     "request_hash": (str, type(None)), "n_states": (int,), "warnings": (list,), "attempt_errors": (list,),
-    "interface": (str, type(None)), "metric_name": (str,),
+    "interface": (str, type(None)), "metric_name": (str,), "judge_settings": (dict,),
+    "response_mode": (str, type(None)), "sent_options": (dict,), "step_scope": (str,),
 }
 
 
@@ -129,13 +133,17 @@ def append_judgment(path: str | Path, rec: dict) -> None:
     append_jsonl(path, validate_record(rec, path))
 
 
-def judgment_base(model: str, case, metric: str, step: int | None, judge_model: str, interface: str | None) -> dict:
+def judgment_base(model: str, case, metric: str, step: int | None, judge_model: str, interface: str | None,
+                  judge_settings: dict | None = None) -> dict:
     spec = METRICS[metric]
-    return {
+    rec = {
         "model": model, "case_id": case.id, "category": case.category, "level": case.level,
         "outcome_weight": case.outcome_weight, "metric": metric, "metric_name": spec.name,
         "step": step, "judge_model": judge_model, "prompt_hash": spec.prompt_hash, "interface": interface,
     }
+    if judge_settings is not None:
+        rec["judge_settings"] = judge_settings
+    return rec
 
 
 def failure_fields(error: str) -> dict:
@@ -158,4 +166,6 @@ def answer_fields(answer) -> dict:
         "usage": answer.usage,
         "cached": answer.cached,
         "request_hash": answer.request_hash,
+        "response_mode": answer.response_mode,
+        "sent_options": answer.sent,
     }

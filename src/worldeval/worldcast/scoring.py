@@ -136,6 +136,8 @@ def summarize_model(records: list[dict], step_accuracy: bool = False) -> dict:
     }
     if step_accuracy:
         out["step_accuracy"] = step_accuracy_curve(records)
+        out["step_accuracy_scope"] = sorted({str(r.get("step_scope", "unrecorded")) for r in records
+                                             if METRICS[r["metric"]].per_step})
     return out
 
 
