@@ -427,7 +427,7 @@ def test_failed_generation_is_recorded_and_only_it_is_retried(fake, dataset, tmp
     fake.fail_when.clear()
     res = generate(fake, dataset, out, "--interface", "grid")
     assert "generated 1, kept 4, failed 0" in res.stdout
-    again = fake.log[n_before:]
+    again = [r for r in fake.log[n_before:] if r["route"] != "GET /models"]  # the preflight request
     assert len(again) == 1 and "green cube" in again[0]["prompt"]
     assert (out / "adapt_cube_box" / "grid.png").is_file()
     assert not (out / "_generation" / "failed" / "adapt_cube_box.json").exists()
@@ -495,3 +495,26 @@ def test_garbage_plan_and_inspection_answers_are_recorded(fake, dataset, tmp_pat
     # the LLMs saw the tasks but never a hint
     hints = _hints(dataset)
     assert script.requests and not any(h in r.text for r in script.requests for h in hints)
+
+
+def test_unreachable_endpoint_or_refused_key_stops_at_once(fake, dataset, tmp_path):
+    import socket
+    import time
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()  # nothing listens on this port now
+    out = tmp_path / "outs"
+    t0 = time.monotonic()
+    res = CliRunner().invoke(app, ["worldcast", "generate", "--dataset", str(dataset), "--out", str(out),
+                                   "--interface", "grid", "--base-url", f"http://127.0.0.1:{port}/v1",
+                                   "--gen-model", "gen-x", "--api-key", KEY, "-q"])
+    assert res.exit_code == 2 and f"http://127.0.0.1:{port}/v1: not reachable" in res.output
+    assert time.monotonic() - t0 < 20 and not out.exists()  # nothing generated, nothing recorded
+    fake.fail["GET /models"] = [401]
+    res = CliRunner().invoke(app, ["worldcast", "generate", "--dataset", str(dataset), "--out", str(out),
+                                   "--interface", "grid", "--base-url", fake.base_url, "--gen-model", "gen-x",
+                                   "--api-key", KEY, "-q"])
+    assert res.exit_code == 2 and "HTTP 401, the API key was refused" in res.output and KEY not in res.output
+    assert [r["route"] for r in fake.log] == ["GET /models"]

@@ -299,6 +299,11 @@ def run_generate(dataset: str | Path, out: str | Path, opts: GenerateOptions, *,
     config = opts.public()
     chash, fp = config_hash(opts.identity()), fingerprint_dir(dataset)
     check_resume(book, config_hash=chash, dataset_fingerprint=fp, force=force)
+    if opts.endpoint is not None and opts.mode != "command":
+        try:
+            opts.endpoint.preflight()
+        except GenError as exc:
+            raise ValueError(f"generation endpoint: {exc}") from None
     man = base_manifest("worldeval worldcast generate", {**config, "dataset": str(Path(dataset).resolve())})
     man.update(config_hash=chash, dataset_fingerprint=fp)
     atomic_write_json(book / "manifest.json", man)
