@@ -457,6 +457,22 @@ def test_command_runs_a_local_model(dataset, tmp_path):
     assert req["images"] == [str(dataset.resolve() / "goal_tiles" / n) for n in ("input_1.png", "goal.png")]
     assert "hints" not in req and not any(h in json.dumps(req) for h in _hints(dataset))
     assert sorted(p.name for p in (out / "goal_tiles").glob("step_*.png")) == [f"step_{k}.png" for k in range(1, 5)]
+    log = (out / "_generation" / "log.jsonl").read_text()
+    assert '"case_id": "text_only", "elapsed_s"' in log and "exited with status 3" in log
+    # a placeholder typo is refused before anything runs; a program that hangs is stopped, its children too
+    res = CliRunner().invoke(app, ["worldcast", "generate", "--dataset", str(dataset), "--out", str(tmp_path / "o2"),
+                                   "--interface", "interleaved", "--command", "run {outdir}", "-q"])
+    assert res.exit_code == 2 and "unknown placeholder(s) ['outdir']" in res.output
+    marker = tmp_path / "still_running"
+    hang = f"(sleep 1; touch {shlex_quote(str(marker))}) & sleep 30"
+    res = CliRunner().invoke(app, ["worldcast", "generate", "--dataset", str(dataset), "--out", str(tmp_path / "o3"),
+                                   "--interface", "interleaved", "--command", hang, "--command-timeout", "0.3",
+                                   "--case", "adapt_cube_box", "-q"])
+    assert res.exit_code == 1 and "ran past 0.3 s and was stopped" in res.output
+    import time
+
+    time.sleep(1.5)
+    assert not marker.exists()  # the background child died with the group
 
 
 def shlex_quote(s: str) -> str:
