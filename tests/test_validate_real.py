@@ -23,27 +23,32 @@ from worldeval.opis.validate_real import (
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
-def _clip(name="moving", n=30, seed=0, colour=(200, 40, 40)) -> GTClip:
-    """A still textured scene with a disc that moves right, then leaves the frame after frame 24."""
+def _clip(root: Path, name="moving", n=30, seed=0, colour=(200, 40, 40)) -> GTClip:
+    """A still textured scene with a disc that moves right, then leaves the frame after frame 24;
+    written as a DAVIS-like folder (PNG frames, 0/255 masks) and loaded back."""
+    from PIL import Image
+
     rng = np.random.default_rng(seed)
     bg = cv2.resize(rng.normal(0, 1, (15, 20, 3)), (160, 120), interpolation=cv2.INTER_CUBIC)
     base = np.clip(128 + 40 * bg, 0, 255).astype(np.uint8)
     yy, xx = np.mgrid[0:120, 0:160]
-    frames, masks = [], []
     for t in range(n):
         m = (xx - (40 + 3 * t)) ** 2 + (yy - 60) ** 2 <= 15**2 if t <= 24 else np.zeros((120, 160), bool)
         img = base.copy()
         img[m] = colour
-        frames.append(img)
-        masks.append(m)
-    return GTClip(name=name, frames=frames, masks=masks, category="disc")
+        (root / name / "frames").mkdir(parents=True, exist_ok=True)
+        (root / name / "masks").mkdir(parents=True, exist_ok=True)
+        Image.fromarray(img).save(root / name / "frames" / f"{t:05d}.png")
+        Image.fromarray(m.astype(np.uint8) * 255).save(root / name / "masks" / f"{t:05d}.png")
+    return load_gt_clip(root / name)
 
 
 def test_synthesised_clip_edits_stay_inside_the_masks(tmp_path):
     from worldeval.media import decode_frames
 
-    clip, other = _clip(), _clip("other", seed=3, colour=(40, 40, 220))
-    rec = synthesize_clip(clip, other, tmp_path)
+    clip, other = _clip(tmp_path / "clips"), _clip(tmp_path / "clips", "other", seed=3, colour=(40, 40, 220))
+    assert len(clip.frames) == 30 and clip.masks[10].sum() > 600 and not clip.masks[26].any()
+    rec = synthesize_clip(clip, other, tmp_path / "out")
     assert set(rec["videos"]) == {"faithful", "removed", "recoloured", "pasted"} and rec["skipped"] == {}
     assert rec["target_area"][25:] == [0.0] * 5 and rec["target_box"][25] is None
     k = 10
@@ -138,12 +143,16 @@ def test_loads_a_davis_clip_and_names_a_missing_mask(tmp_path):
     assert len(clip.frames) == len(clip.masks) == 3 and clip.category == "swan"
     assert clip.frames[0].shape == (480, 854, 3) and clip.masks[0].dtype == bool
     assert 0.05 < clip.masks[0].mean() < 0.2  # the swan fills ~10% of the frame
-    from worldeval.opis.case import CaseError
+    from worldeval.errors import InputError
 
     (tmp_path / "bad" / "frames").mkdir(parents=True)
     (tmp_path / "bad" / "masks").mkdir()
     cv2.imwrite(str(tmp_path / "bad" / "frames" / "00000.jpg"), np.zeros((8, 8, 3), np.uint8))
-    with pytest.raises(CaseError, match="00000.png"):
+    with pytest.raises(InputError, match="00000.png"):
+        load_gt_clip(tmp_path / "bad")
+    cv2.imwrite(str(tmp_path / "bad" / "masks" / "00000.png"), np.full((8, 8), 255, np.uint8))
+    cv2.imwrite(str(tmp_path / "bad" / "frames" / "00001.jpg"), np.zeros((8, 8, 3), np.uint8))
+    with pytest.raises(InputError, match="1 frame.s. have no mask"):
         load_gt_clip(tmp_path / "bad")
 
 
@@ -163,3 +172,52 @@ def test_holdout_split_is_disjoint_and_covers_the_shared_data():
                 holdout.part_of(d.name, next(iter(holdout.TUNING.get(d.name, holdout.REPORTING.get(d.name, ("?",))))))
         coco = {p.stem for p in (DATA / "coco_multiobj" / "images").glob("*.jpg")}
         assert coco == set(holdout.TUNING["coco_multiobj"]) | set(holdout.REPORTING["coco_multiobj"])
+
+
+def _oracle_clip_eval(dataset, rollouts, model, out, **kw):
+    """What a correct evaluator writes for each clip rollout: rows and per-frame records from the ground truth."""
+    import json as _json
+
+    from worldeval.media import probe_video, sample_frame_indices
+    from worldeval.opis.archive import write_case_part
+
+    rollouts, out = Path(rollouts), Path(out)
+    for video in sorted(rollouts.glob("*.mp4")):
+        cid = video.stem
+        rec = _json.loads((rollouts.parent.parent / "synth" / f"{cid}.json").read_text())
+        info = probe_video(video)
+        frames = sample_frame_indices(info.num_frames, info.fps)
+        shows = {f for f in frames if rec["target_area"][f] > 0}
+        matched = set() if model == "removed" else shows
+        extras = set(frames) if model == "pasted" else ()
+        rows = _rows(model, frames, matched, 0.5 if model == "recoloured" else 0.8, extras)
+        rows["case_id"] = cid
+        write_case_part(out, model, cid, rows)
+        objs = [{"frame": f, "objects": [{"instance_id": "target", "status": "matched" if f in matched else "missing",
+                                         "box": rec["target_box"][f]}]} for f in frames]
+        (out / "frames" / model).mkdir(parents=True, exist_ok=True)
+        (out / "frames" / model / f"{cid}.json").write_text(_json.dumps({"frames": objs}))
+    return {"done": [], "skipped": [], "failed": []}
+
+
+@pytest.mark.slow
+def test_validate_command_on_clips_with_an_ideal_evaluator(tmp_path, monkeypatch):
+    import json as _json
+
+    from typer.testing import CliRunner
+
+    import worldeval.opis.evaluate as ev
+    from worldeval.cli import app
+
+    monkeypatch.setattr(ev, "run_eval", _oracle_clip_eval, raising=False)
+    a, b = _clip(tmp_path / "clips", "a", n=49), _clip(tmp_path / "clips", "b", n=49, seed=3, colour=(40, 40, 220))
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["opis", "validate", "--clip", str(tmp_path / "clips" / "a"), "--clip",
+                                   str(tmp_path / "clips" / "b"), "--out", str(out), "--strict"])
+    assert res.exit_code == 0, res.output
+    result = _json.loads((out / "clips" / "validate_clips.json").read_text())
+    assert {k: v["passed"] for k, v in result["pass_rates"].items()} == {"faithful": 2, "removed": 2, "recoloured": 2, "pasted": 2}
+    m = result["clips"]["a"]["checks"]["faithful"]["measurements"]
+    # 49 frames at 24 fps: sampled 24 (the disc shows), 32, 40, 48 (it is gone); every decision agrees
+    assert (m["sampled_frames"], m["shows_frames"], m["gone_frames"]) == (4, 1, 3)
+    assert m["association_agreed"] == m["association_decisions"] == 4
