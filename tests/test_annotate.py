@@ -191,7 +191,6 @@ def test_cli_annotate_with_a_spec_file(tmp_path):
 
 @pytest.mark.slow
 def test_reference_embeddings_with_the_evaluators_embedder(coins, tmp_path):
-    pytest.importorskip("worldeval.opis.evaluate")
     image, refs = coins
     spec = AnnotateSpec(objects=[ObjectPrompt("coin", box=_box(m)) for m in refs[:2]], embeddings=True)
     annotate(image, spec, tmp_path / "e")
@@ -248,9 +247,9 @@ def test_hf_backend_picks_the_instance_matching_the_box(coins, tmp_path, monkeyp
         def observe(self, frame, phrases, reference=None):
             return list(obs)
 
-    fake = types.ModuleType("worldeval.opis.evaluate")
-    fake.load_backend = lambda name, device="cpu", **kw: types.SimpleNamespace(segmenter=Seg())
-    monkeypatch.setitem(__import__("sys").modules, "worldeval.opis.evaluate", fake)
+    from worldeval.opis.backends import registry
+
+    monkeypatch.setattr(registry, "build", lambda name, device="cpu", **kw: types.SimpleNamespace(segmenter=Seg()))
     spec = AnnotateSpec(objects=[ObjectPrompt("coin", box=_box(refs[1]))], segmenter="hf", embeddings=False)
     annotate(image, spec, tmp_path / "h")
     case = load_case(tmp_path / "h")

@@ -289,14 +289,14 @@ class HFPromptSegmenter:
 
     def __init__(self, device: str = "cpu"):
         try:
-            from worldeval.opis.evaluate import load_backend
+            from worldeval.opis.backends.registry import build as load_backend
         except ImportError as exc:
             raise AnnotateError("--backend", "hf", f"the evaluator is not available: {exc}") from exc
         try:
             self.backend = load_backend("hf", device=device)
         except Exception as exc:
             raise AnnotateError("--backend", "hf", f"cannot load the hf backend: {exc}") from exc
-        self.name = getattr(self.backend.segmenter, "name", "hf")
+        self.name = self.backend.segmenter.name
 
     def masks(self, image: np.ndarray, prompt: ObjectPrompt) -> list[np.ndarray]:
         obs = self.backend.segmenter.observe(image, [prompt.phrase])
@@ -456,7 +456,7 @@ def _resize_geometry(g: Geometry, height: int, width: int) -> Geometry:
 def model_geometry(image: np.ndarray, device: str = "cpu") -> tuple[Geometry | None, str]:
     """Depth from a backend's depth estimator (hf first, then classical), if one loads."""
     try:
-        from worldeval.opis.evaluate import load_backend
+        from worldeval.opis.backends.registry import build as load_backend
     except ImportError:
         return None, "no evaluator"
     for name in ("hf", "classical"):
@@ -638,7 +638,7 @@ def reference_embeddings(image: np.ndarray, masks: list[np.ndarray], device: str
     """Appearance descriptors of the instances with the evaluator's embedder (None when unavailable)."""
     try:
         from worldeval.opis.case import mask_bbox
-        from worldeval.opis.evaluate import load_backend
+        from worldeval.opis.backends.registry import build as load_backend
 
         embedder = load_backend("classical", device=device).embedder
         boxes = [tuple(mask_bbox(m)) for m in masks]

@@ -141,6 +141,9 @@ def _inside(mask: np.ndarray | None, pts: np.ndarray) -> np.ndarray:
 class HFMatcher:
     """Point correspondences from LightGlue (SuperPoint keypoints) or EfficientLoFTR (semi-dense)."""
 
+    # No keypoints of I0 alone: the keypoint-support check of template finds does not run (see the run manifest).
+    detects_keypoints = False
+
     def __init__(
         self,
         model_name: str,
@@ -171,6 +174,9 @@ class HFMatcher:
         self.min_score = float(min_match_score)
         self.max_matches = int(max_matches)
         self.versions = {"matcher": model_version(model_name, self.model)}
+
+    def keypoints_in(self, image: np.ndarray, mask: np.ndarray) -> None:
+        return None
 
     def _input_size(self, H: int, W: int) -> tuple[int, int]:
         s = self.long_side / max(H, W)
