@@ -132,7 +132,8 @@ def test_rate_limited_judge_and_bad_grid(tmp_path, monkeypatch):
 
     before = _snapshot(tmp_path)
     run = tmp_path / "run"
-    # 3 requests get 429: the first item uses both attempts on 429 and fails; the next item retries once and succeeds
+    # 3 requests get 429: the preflight request (judging goes ahead: the endpoint is there), then the first item
+    # uses both attempts on 429 and fails; the next item succeeds
     srv = RateLimitedJudge(busy=3)
     try:
         _judge(srv.base_url, dataset, outputs, run)
@@ -148,10 +149,10 @@ def test_rate_limited_judge_and_bad_grid(tmp_path, monkeypatch):
         assert srv.statuses[:3] == [429, 429, 429]
         n_ok_first = sum(r["status"] == "ok" for r in first)
 
-        # resume: only the failed items are asked again; the rate-limited one now succeeds
+        # resume: only the failed items are asked again (after the preflight request); the rate-limited one now succeeds
         asked_before = srv.n
         _judge(srv.base_url, dataset, outputs, run)
-        assert srv.n - asked_before == 1
+        assert srv.n - asked_before == 2
     finally:
         srv.close()
 

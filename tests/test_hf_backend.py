@@ -21,7 +21,7 @@ from worldeval.opis.backends import base  # noqa: E402
 from worldeval.opis.backends.hf import HFBackendError, build_hf_backend  # noqa: E402
 from worldeval.opis.backends.hf_embed import DinoEmbedder, color_histogram  # noqa: E402
 from worldeval.opis.backends.hf_geometry import HFDepthEstimator, HFMatcher, disparity_to_depth  # noqa: E402
-from worldeval.opis.backends.hf_pose import VitPoseEstimator, category_kind, decode_heatmaps  # noqa: E402
+from worldeval.opis.backends.hf_pose import VitPoseEstimator, category_kind  # noqa: E402
 from worldeval.opis.backends.hf_segment import Sam2Segmenter, Sam3Segmenter  # noqa: E402
 from worldeval.opis.backends.hf_tiny import build_tiny_models  # noqa: E402
 
@@ -139,36 +139,37 @@ def test_sam3_observations_are_frame_sized_and_deduplicated(tiny):
     assert seg.observe(img, []) == []
 
 
-def test_to_pixels_by_hand():
-    from worldeval.opis.backends.hf import IMAGENET_MEAN, IMAGENET_STD, to_pixels
+def test_tensor_prep_by_hand():
+    from worldeval.opis.backends.hf_preprocess import IMAGENET_MEAN, IMAGENET_STD, TensorPrep
 
     img = np.zeros((10, 30, 3), np.uint8)
     img[..., 0], img[..., 1], img[..., 2] = 255, 51, 0
-    x = to_pixels(img, (8, 16), IMAGENET_MEAN, IMAGENET_STD, CPU)
-    assert tuple(x.shape) == (1, 3, 8, 16)
     expect = [(1.0 - 0.485) / 0.229, (0.2 - 0.456) / 0.224, (0.0 - 0.406) / 0.225]
-    for c in range(3):
-        np.testing.assert_allclose(x[0, c].numpy(), expect[c], rtol=1e-5, atol=1e-5)
+    for order in ("resize_uint8", "rescale_resize_normalize", "normalize_resize"):
+        prep = TensorPrep((8, 16), IMAGENET_MEAN, IMAGENET_STD, 1 / 255, "bilinear", order, "test")
+        x = prep(img, CPU)
+        assert tuple(x.shape) == (1, 3, 8, 16)
+        for c in range(3):  # a uniform image stays uniform through any resize
+            np.testing.assert_allclose(x[0, c].numpy(), expect[c], rtol=1e-5, atol=1e-5)
 
 
 def test_sam3_matches_a_direct_model_call(tiny):
     """Shared image encoding, cached text features and our post-processing agree with one plain forward pass."""
     import torch.nn.functional as F
 
-    from worldeval.opis.backends.hf import HALF, to_pixels
-
     img, _, _ = _scene()
     seg = Sam3Segmenter(tiny["sam3"], CPU, score_threshold=0.0, dedupe_iou=1.0, min_area_frac=0.0)
     tok = seg.tokenizer(["blue plate"], padding="max_length", max_length=32, return_tensors="pt")
     assert int(tok["attention_mask"].sum()) > 2  # the phrase became tokens, not only start/end
     with torch.no_grad():
-        out = seg.model(pixel_values=to_pixels(img, (112, 112), HALF, HALF, CPU), **tok)
+        out = seg.model(pixel_values=seg.prep(img, CPU), **tok)
     scores = (out.pred_logits.sigmoid() * out.presence_logits.sigmoid())[0]
     thr = float(scores.median())  # keeps about half of the queries
     keep = torch.nonzero(scores > thr).flatten().tolist()
     assert keep
-    ref_masks = F.interpolate(out.pred_masks[:, keep], size=img.shape[:2], mode="bilinear", align_corners=False)[0]
-    ref_masks = (ref_masks.sigmoid() > 0.5).numpy()
+    # the official post-processing: resize the mask probabilities, keep those above 0.5
+    ref_masks = F.interpolate(out.pred_masks[:, keep].sigmoid(), size=img.shape[:2], mode="bilinear", align_corners=False)[0]
+    ref_masks = (ref_masks > 0.5).numpy()
 
     seg.score_threshold = thr
     seg.observe(img, ["blue plate"])  # fill the text cache first: the second call must not depend on it
@@ -331,18 +332,6 @@ def test_loftr_pairs_follow_match_indices_not_list_order():
 # ---------------------------------------------------------------- pose
 
 
-def test_decode_heatmaps_by_hand():
-    heat = np.zeros((2, 8, 6), np.float32)
-    heat[0, 5, 2] = 0.9  # isolated peak: no sub-pixel shift
-    heat[1, 3, 3] = 0.8
-    heat[1, 3, 4] = 0.4  # right neighbour higher: +0.25 in x
-    xy, conf = decode_heatmaps(heat, np.array([100.0, 50.0]), np.array([60.0, 80.0]))
-    # crop window x in [70, 130], y in [10, 90]; cell size 10 x 10
-    np.testing.assert_allclose(xy[0], [70 + 2.5 * 10, 10 + 5.5 * 10])
-    np.testing.assert_allclose(xy[1], [70 + 3.75 * 10, 10 + 3.5 * 10])
-    np.testing.assert_allclose(conf, [0.9, 0.8], rtol=1e-6)
-
-
 def test_vitpose_keypoints_inside_box(tiny):
     pose = VitPoseEstimator(human=tiny["vitpose"], animal=None, device=CPU)
     assert pose.supports("person") and pose.supports("young boys") and pose.supports("bmx rider")
@@ -350,15 +339,18 @@ def test_vitpose_keypoints_inside_box(tiny):
     assert category_kind("two dogs") == "animal" and category_kind("table") is None
     img, _, _ = _scene(120, 100)
     for box in [(20.0, 10.0, 40.0, 90.0), (70.0, 80.0, 60.0, 60.0)]:  # the second leaves the image
-        kp = pose.keypoints(img, box)
+        kp = pose.keypoints(img, box, "person")
         assert kp.xy.shape == (17, 2) and kp.conf.shape == (17,)
         x0, y0 = max(0, box[0]), max(0, box[1])
         x1, y1 = min(100, box[0] + box[2]), min(120, box[1] + box[3])
         assert np.all((kp.xy[:, 0] >= x0) & (kp.xy[:, 0] <= x1) & (kp.xy[:, 1] >= y0) & (kp.xy[:, 1] <= y1))
         assert np.all(np.isfinite(kp.conf))
         assert all(0 <= a < 17 and 0 <= b < 17 for a, b in kp.edges) and len(kp.edges) == 19
-    assert pose.keypoints(img, (200.0, 200.0, 10.0, 10.0)) is None  # entirely outside
-    assert pose.keypoints(img, (10.0, 10.0, 1.0, 30.0)) is None  # degenerate
+    assert pose.keypoints(img, (200.0, 200.0, 10.0, 10.0), "person") is None  # entirely outside
+    assert pose.keypoints(img, (10.0, 10.0, 1.0, 30.0), "person") is None  # degenerate
+    # no model for the category: no pose, never the person skeleton on a dog or a mug
+    assert pose.keypoints(img, (20.0, 10.0, 40.0, 90.0), "dog") is None
+    assert pose.keypoints(img, (20.0, 10.0, 40.0, 90.0), "red mug") is None
 
 
 # ---------------------------------------------------------------- through the evaluator

@@ -42,6 +42,8 @@ class FakeJudge:
         self.lock = threading.Lock()
         self.slow_s = slow_s
         self.reject_response_format = False
+        # gate(body) -> None, or (status, message) to refuse the request before answering (an option check)
+        self.gate = None
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -103,6 +105,15 @@ class FakeJudge:
                 self.requests.append(info)
             return self._send(h, 400, {"error": {"message": "response_format is not supported by this server",
                                                  "type": "invalid_request_error"}})
+        refusal = self.gate(body) if self.gate is not None else None
+        if refusal is not None:
+            with self.lock:
+                self.requests.append(info)
+            return self._send(h, refusal[0], {"error": {"message": refusal[1], "type": "invalid_request_error"}})
+        if self.preflight_request(info):
+            with self.lock:
+                self.requests.append(info)
+            return self._send(h, 200, self._completion(body, '{"ok": true}'))
         reply = self.answer(info)
         key = info.get("key")
         with self.lock:
@@ -128,11 +139,19 @@ class FakeJudge:
             text = "The sequence looks reasonable overall, I would rate it fairly high."
         elif fault == "range":
             text = json.dumps({"score": 7, "evidence": "out of range"})
-        self._send(h, 200, {
+        self._send(h, 200, self._completion(body, text))
+
+    @staticmethod
+    def preflight_request(info: dict) -> bool:
+        return info["text"].startswith("Connection check before a judging run")
+
+    @staticmethod
+    def _completion(body: dict, text: str) -> dict:
+        return {
             "id": "chatcmpl-test", "object": "chat.completion", "created": int(time.time()), "model": body["model"],
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
             "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
-        })
+        }
 
     @staticmethod
     def _send(h, status: int, obj: dict, headers: dict | None = None) -> None:

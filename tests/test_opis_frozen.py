@@ -16,7 +16,7 @@ from frozen_opis import FROZEN, NAMES, REAL
 
 TOL = 1e-9
 # per-frame record fields added after the freeze (nothing the archive or the scores read)
-ADDED = {"observation"}
+ADDED: set[str] = set()
 
 
 def _close(a, b, where: str) -> None:

@@ -354,3 +354,73 @@ def test_report_reads_a_real_opis_eval_run(tmp_path):
     assert alt.startswith(f"frame {first['frame']} · {first['time_s']:.2f} s")
     statuses = [o["status"] for o in first["objects"]]
     assert f"{statuses.count('matched')} matched · {statuses.count('missing')} missing" in alt
+
+
+def test_worldcast_report_shows_generation_and_keyframe_traces(tmp_path):
+    """Outputs made by `worldcast generate` (agentic, and a video), judged, then reported per case."""
+    import shutil
+
+    from test_worldcast_generate import FakeGenerator, generate, judge, tiny_mp4
+    from worldeval.worldcast.samples import sample_dataset
+
+    ds = shutil.copytree(sample_dataset(), tmp_path / "dataset")
+    srv = FakeGenerator(tiny_mp4(tmp_path / "v.mp4"))
+    try:
+        def plan_and_inspect(info):
+            if "shot list" in info["text"]:
+                return {"steps": ["cube on the floor <i>x</i>", "cube inside the box"], "notes": ""}
+            first = "state 1 of 2" in info["text"] and not any(r.get("score") == 1 for r in seen)
+            ans = {"score": 1 if first else 2, "problems": "cube floats" if first else "", "revised_prompt": "lower it"}
+            seen.append(ans)
+            return ans
+        seen: list = []
+        srv.answer = plan_and_inspect
+        outs = tmp_path / "outs"
+        generate(srv, ds, outs, "--interface", "interleaved", "--agentic", "--budget", "2K", "--case", "adapt_cube_box")
+        run = tmp_path / "run"
+        judge(ds, outs, run, ["adapt_cube_box"])
+
+        vouts = tmp_path / "vouts"
+        generate(srv, ds, vouts, "--interface", "video", "--case", "logic_hanoi2")
+
+        def video_answer(info):
+            if "You locate moments" in info["text"]:
+                return {"states": [{"step": k, "seen": k != 3, "start": a, "end": b}
+                                   for k, (a, b) in enumerate([(0.0, 0.9), (1.0, 1.9), (2.0, 3.9)], start=1)]}
+            if "Closer look" in info["text"]:
+                k = int(re.search(r"requested state (\d+) of", info["text"]).group(1))
+                return {"step": k, "timestamp_seconds": [0.5, 1.5, 3.0][k - 1], "achieved": k != 3,
+                        "evidence": f"dense evidence {k}"}
+            return {"score": 1, "evidence": "judged"}
+        vrun = tmp_path / "vrun"
+        srv.answer = video_answer
+        res = CliRunner().invoke(app_cli(), [
+            "worldcast", "judge", "--dataset", str(ds), "--outputs", str(vouts), "--model", "vid-x", "--out", str(vrun),
+            "--base-url", srv.base_url, "--judge-model", "judge-x", "--no-cache", "--keyframes", "agentic",
+            "--keyframe-samples", "8", "--concurrency", "1", "--max-attempts", "1", "-q"])
+        assert res.exit_code == 0, res.output
+    finally:
+        srv.close()
+    html = render_report([run, vrun])
+    sec = html[html.index('id="wc-rollout-gen-x-adapt_cube_box"'):]
+    sec = sec[:sec.index('<div class="model-block"') if '<div class="model-block"' in sec else sec.index("</section>")]
+    assert len(_images(sec, "wc-step")) == 2  # the generated sequence
+    assert "seen" in sec  # the judge's evidence
+    gen = sec[sec.index('class="box wc-generation"'):]
+    assert "agentic interleaved · 3 generation call(s) of a budget of 4 · 3 inspection(s)" in gen
+    assert "<li>cube on the floor &lt;i&gt;x&lt;/i&gt;</li>" in gen and "(gen-x)" in gen  # plan, escaped
+    rows = re.findall(r"<tr><td>(\d)</td><td>(\d)</td><td>(\d) / 2</td><td class=\"evidence\">([^<]*)</td></tr>", gen)
+    assert rows == [("1", "1", "1", "cube floats"), ("1", "2", "2", ""), ("2", "1", "2", "")]
+    assert "kept: state 1 attempt 2 (score 2, of 2); state 2 attempt 1 (score 2, of 1)" in gen
+    vsec = html[html.index('id="wc-rollout-vid-x-logic_hanoi2"'):]
+    kf = vsec[vsec.index('class="box wc-keyframes"'):vsec.index("</details>")]
+    assert "agentic video adapter · 4 VLM request(s) of 4" in kf
+    assert "<td>1</td><td>0.5</td><td>5</td><td>yes</td><td class=\"l\">dense pick</td>" in kf
+    assert "<td>3</td><td>3.0</td><td>30</td><td>no</td>" in kf and "dense evidence 3" in kf
+    assert len(_images(vsec[:vsec.index("</table>")], "wc-step")) == 3
+
+
+def app_cli():
+    from worldeval.cli import app
+
+    return app

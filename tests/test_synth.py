@@ -12,6 +12,7 @@ import pytest
 from worldeval.media import decode_frames, probe_video
 from worldeval.opis.case import Case, CaseSpec, default_intrinsics, load_case, write_case
 from worldeval.opis.synth import (
+    project_points,
     PanTrajectory,
     SynthConfig,
     SynthError,
@@ -25,6 +26,12 @@ from worldeval.opis.synth import (
     recolour_object,
     remove_object,
     render_frame,
+    camera_path,
+    find_move_spot,
+    move_object,
+    paste_patch,
+    paste_source,
+    resize_object,
     squeeze_object,
     synthesize_case,
 )
@@ -240,7 +247,8 @@ def test_synthesize_case_writes_consistent_rollouts(tmp_path):
     other = _case(tmp_path, seed=5, name="othercase")
     traj = PanTrajectory(duration_s=2.0, fps=12)
     rec = synthesize_case(case, tmp_path / "roll", other=other, cfg=SynthConfig(trajectory=traj))
-    assert set(rec["videos"]) == {"faithful", "removed", "recoloured", "squeezed", "duplicated", "other_scene"}
+    assert set(rec["videos"]) == {"faithful", "removed", "recoloured", "squeezed", "duplicated", "other_scene", "moved",
+                                  "resized", "pasted"}
     assert rec["skipped"] == {}
     info = probe_video(rec["videos"]["faithful"])
     assert info.num_frames == traj.num_frames == 25 and info.fps == pytest.approx(12)
@@ -259,6 +267,14 @@ def test_synthesize_case_writes_consistent_rollouts(tmp_path):
     assert case.image[case.masks["disc"]][:, 0].mean() > 170
     gt = rec["ground_truth"]
     assert len(gt["target_in_view_share"]) == 25 and gt["target_in_view_share"][0] == 1.0
+    for name in ("moved", "resized", "pasted"):
+        assert len(gt[f"{name}_in_view_share"]) == 25 and gt[f"{name}_in_view_share"][0] == 1.0
+    # the pasted object is the other case's, drawn where its box says, in the first frame of the clip
+    p = rec["interventions"]["pasted"]
+    assert p["from_case"] == "othercase"
+    first = decode_frames(rec["videos"]["pasted"], indices=[0]).frames[0]
+    x, y, w, h = p["bbox"]
+    assert gap(first[y : y + h, x : x + w], case.image[y : y + h, x : x + w]) > 10
 
 
 def test_container_with_annotated_contents_is_not_a_target(tmp_path):
@@ -297,3 +313,90 @@ def test_duplicate_keeps_clear_of_the_original(tmp_path):
     ys, xs = np.nonzero(spot["mask"])
     inside = (xs >= x - pad) & (xs < x + w + pad) & (ys >= y - pad) & (ys < y + h + pad)
     assert not inside.any()
+
+
+# ---------------------------------------------------------------- issue 10: camera paths, moved, resized, pasted
+
+
+def _peak(traj: PanTrajectory) -> int:
+    return traj.num_frames // 2  # the raised cosine peaks mid-clip
+
+
+def test_zoom_scales_about_the_principal_point():
+    K = default_intrinsics(H_IMG, W_IMG)
+    traj = PanTrajectory(yaw_deg=0, pitch_deg=0, zoom=1.5)
+    H = traj.homography(_peak(traj), K)
+    c = np.array([[K[0, 2], K[1, 2]], [K[0, 2] + 40.0, K[1, 2] - 30.0]])
+    p = project_points(H, c)
+    assert np.allclose(p[0], c[0], atol=1e-6)  # the principal point stays
+    assert np.allclose(p[1] - p[0], 1.5 * (c[1] - c[0]), atol=1e-6)  # distances grow by the zoom factor
+    assert np.allclose(traj.homography(traj.num_frames - 1, K), np.eye(3), atol=1e-9)
+
+
+def test_roll_turns_the_image_about_the_principal_point():
+    K = default_intrinsics(H_IMG, W_IMG)
+    traj = PanTrajectory(yaw_deg=0, pitch_deg=0, roll_deg=10)
+    H = traj.homography(_peak(traj), K)
+    c = np.array([[K[0, 2], K[1, 2]], [K[0, 2] + 50.0, K[1, 2]]])
+    p = project_points(H, c)
+    v = p[1] - p[0]
+    assert np.allclose(p[0], c[0], atol=1e-6)
+    assert np.linalg.norm(v) == pytest.approx(50.0, abs=1e-6)
+    assert abs(math.degrees(math.atan2(v[1], v[0]))) == pytest.approx(10.0, abs=1e-6)
+
+
+def test_camera_presets_keep_the_clip_timing():
+    base = PanTrajectory(duration_s=3.5, fps=12)
+    for name in ("pan", "tilt", "zoom"):
+        t = camera_path(name, base)
+        assert (t.duration_s, t.fps) == (3.5, 12)
+    assert camera_path("zoom").zoom > 1.2 and camera_path("tilt").roll_deg != 0
+    with pytest.raises(ValueError, match="unknown camera path"):
+        camera_path("dolly")
+
+
+def test_resize_shrinks_about_the_resting_point():
+    img, masks = _scene()
+    others = masks["square"] | masks["person"]
+    out, m, params = resize_object(img, masks["disc"], others, 0.7)
+    assert m.sum() / masks["disc"].sum() == pytest.approx(0.49, abs=0.04)
+    ys0, xs0 = np.nonzero(masks["disc"])
+    ys1, xs1 = np.nonzero(m)
+    assert abs(ys1.max() - ys0.max()) <= 1 and abs(xs1.mean() - xs0.mean()) <= 1
+    # where the disc was and the shrunk one is not, the red is gone (inpainted background)
+    vacated = masks["disc"] & ~m
+    assert out[vacated][:, 0].mean() < 170 and out[m][:, 0].mean() > 100
+    assert np.array_equal(out[masks["square"]], img[masks["square"]])
+
+
+def test_move_shifts_the_object_to_a_free_place():
+    img, masks = _scene()
+    others = masks["square"] | masks["person"]
+    from worldeval.opis.synth import _dilate
+
+    occupied = _dilate(others, 6)
+    spot = find_move_spot(masks["disc"], occupied, np.ones_like(others), shift=0.6)
+    side = 53  # the disc's box is 53 x 53 pixels
+    d = math.hypot(spot["dx"], spot["dy"])
+    assert 0.4 * side <= d <= 1.0 * side
+    assert not (spot["mask"] & occupied).any()
+    out = move_object(img, masks["disc"], others, spot)
+    ys, xs = np.nonzero(masks["disc"])
+    assert np.abs(out[ys + spot["dy"], xs + spot["dx"]].astype(int) - img[ys, xs].astype(int)).mean() < 8
+    assert out[masks["disc"] & ~spot["mask"]][:, 0].mean() < 170  # the old place is background now
+
+
+def test_pasted_object_comes_from_the_other_photo(tmp_path):
+    case = _case(tmp_path)
+    other = _case(tmp_path, seed=5, name="othercase")
+    src = paste_source(other, case, SynthConfig(paste_area=0.03))
+    # every category of the other photo is also in this inventory, so the rule falls back to size: the
+    # instance whose area is closest (in log ratio) to the requested 3% of the image
+    areas = {iid: other.masks[iid].mean() for iid in ("disc", "square", "person")}
+    best = min(areas, key=lambda k: abs(math.log(areas[k] / 0.03)))
+    assert src["instance_id"] == best and src["from_case"] == "othercase"
+    assert src["shape"].sum() / src["shape"].size == pytest.approx(0.03, rel=0.15)
+    spot = find_free_spot(src["shape"], np.zeros(case.shape, bool), np.ones(case.shape, bool))
+    out = paste_patch(case.image, src["patch"], spot)
+    assert not np.array_equal(out[spot["mask"]], case.image[spot["mask"]])
+    assert np.array_equal(out[~spot["mask"]], case.image[~spot["mask"]])

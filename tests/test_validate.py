@@ -27,7 +27,8 @@ def _record(case_id="c1", out_of_view=(56, 64)):
         "target": {"instance_id": TARGET, "category": "bottle"},
         "videos": {n: f"/nowhere/{n}/{case_id}.mp4" for n in CHECKS},
         "skipped": {},
-        "ground_truth": {"target_in_view_share": share, "duplicate_in_view_share": [1.0] * 121, "in_view_share_threshold": 0.75},
+        "ground_truth": {"target_in_view_share": share, "duplicate_in_view_share": [1.0] * 121, "moved_in_view_share": share,
+                         "resized_in_view_share": share, "pasted_in_view_share": [1.0] * 121, "in_view_share_threshold": 0.75},
     }
 
 
@@ -67,11 +68,11 @@ def _ideal(model, case_id):
         df = _rows(model, case_id)
         df.loc[(df.instance_id == TARGET) & df.matched, "appearance"] = 0.55
         return df
-    if model == "squeezed":
+    if model in ("squeezed", "moved", "resized"):
         df = _rows(model, case_id)
         df.loc[(df.instance_id == TARGET) & df.matched, "structure"] = 0.3
         return df
-    if model == "duplicated":
+    if model in ("duplicated", "pasted"):
         return _rows(model, case_id, extra=True)
     if model == "other_scene":
         return _rows(model, case_id, others_matched=False, target="missing")

@@ -34,7 +34,9 @@ def _oracle_run_eval(dataset, rollouts, model, out, **kw):
         case = load_case(Path(dataset) / cid)
         rec = json.loads((synth_dir / f"{cid}.json").read_text())
         tid = rec["target"]["instance_id"]
-        share = rec["ground_truth"]["target_in_view_share"]
+        gt = rec["ground_truth"]
+        # a moved or resized target is in view where the edit put it
+        share = gt[f"{model}_in_view_share"] if model in ("moved", "resized") else gt["target_in_view_share"]
         info = probe_video(video)
         rows = []
         for f in sample_frame_indices(info.num_frames, info.fps):
@@ -46,13 +48,13 @@ def _oracle_run_eval(dataset, rollouts, model, out, **kw):
                     elif model == "removed":
                         matched = False
                     a = 0.5 if model == "recoloured" else a
-                    s = 0.3 if model == "squeezed" else s
+                    s = 0.3 if model in ("squeezed", "moved", "resized") else s
                 rows.append(dict(model=model, case_id=cid, domain="test", subcategory="synthetic",
                                  n_reference=len(case.instances), frame=f, time_s=f / info.fps, instance_id=inst.id,
                                  track=inst.track, visibility=vis, matched=matched, ambiguous=False, extra=False,
                                  appearance=a if matched else None, structure=s if matched else None,
                                  structure_source="static" if matched else None))
-            if model == "duplicated":
+            if model in ("duplicated", "pasted"):
                 rows.append(dict(model=model, case_id=cid, domain="test", subcategory="synthetic",
                                  n_reference=len(case.instances), frame=f, time_s=f / info.fps, instance_id=None,
                                  track=None, visibility=None, matched=False, ambiguous=False, extra=True,
@@ -80,8 +82,10 @@ def test_validate_command_end_to_end_with_oracle(tmp_path, monkeypatch):
     result = json.loads((out / "validate.json").read_text())
     assert result["all_ok"]
     assert {k: v["passed"] for k, v in result["pass_rates"].items()} == {
-        k: 2 for k in ("faithful", "removed", "recoloured", "squeezed", "duplicated", "other_scene")
+        k: 2 for k in ("faithful", "removed", "recoloured", "squeezed", "duplicated", "other_scene", "moved", "resized", "pasted")
     }
+    # --camera cycle (the default): the two cases are seen along the first two camera paths
+    assert [json.loads((out / "synth" / f"{c}.json").read_text())["camera_path"] for c in ("a", "b")] == ["pan", "tilt"]
     for cid in ("a", "b"):
         assert (out / "rollouts" / "faithful" / f"{cid}.mp4").exists()
         assert (out / "synth" / f"{cid}.json").exists()
@@ -92,7 +96,8 @@ def test_validate_command_end_to_end_with_oracle(tmp_path, monkeypatch):
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["pass_rates"] == result["pass_rates"]
     assert (out / "rollouts" / "removed" / "a.mp4").stat().st_mtime_ns == mtime
-    assert sorted(CALLS) == sorted(["faithful", "removed", "recoloured", "squeezed", "duplicated", "other_scene"])
+    assert sorted(CALLS) == sorted(["faithful", "removed", "recoloured", "squeezed", "duplicated", "other_scene", "moved",
+                                    "resized", "pasted"])
 
 
 def test_validate_command_rejects_bad_options(tmp_path):
@@ -102,3 +107,7 @@ def test_validate_command_rejects_bad_options(tmp_path):
     assert res.exit_code != 0
     res = CliRunner().invoke(app, ["opis", "validate", "--dataset", str(tmp_path), "--seconds", "1"])
     assert res.exit_code != 0
+    res = CliRunner().invoke(app, ["opis", "validate", "--dataset", str(tmp_path), "--camera", "dolly"])
+    assert res.exit_code != 0 and "camera" in res.output
+    res = CliRunner().invoke(app, ["opis", "validate"])
+    assert res.exit_code != 0 and "--dataset" in res.output

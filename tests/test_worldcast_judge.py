@@ -1,4 +1,5 @@
-"""End-to-end WorldCast judging through the CLI, against the loopback judge server (real `openai` client)."""
+"""End-to-end WorldCast judging: through the CLI against the loopback judge server (real `openai` client, faults,
+the key on the wire), and in-process through the mock transport where the wire is not what is tested."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the loopback server 
 from test_judge_client import FakeJudge  # noqa: E402
 from worldeval.cli import app
 from worldeval.worldcast.cases import load_cases
-from worldeval.worldcast.prompts import PROMPT_VERSIONS
+from worldeval.worldcast.metrics import PROMPT_VERSIONS
 from worldeval.worldcast.samples import sample_dataset, sample_outputs
 
 KEY = "sk-test-SECRET-7f3a9c"
@@ -41,27 +42,47 @@ def hand_final(pa, oc, cp, vc, w):
     return (100 / 3) * (0.4 * 3 * tc + 0.4 * cp + 0.2 * vc), tc
 
 
+def scripted(info: dict, cases, model: str):
+    case = next(c for c in cases if c.instruction in info["text"])
+    info["case"] = case.id
+    metric = info["metric"]
+    info["key"] = (model, case.id, metric, info["step"])
+    if metric == "STEP":
+        ok = (case.id, info["step"]) not in STEP_WRONG
+        return {"step_index": info["step"], "score": int(ok), "evidence": f"step {info['step']}"}
+    pa, oc, cp, vc = SCORES[model][case.id]
+    score = {"PA": pa, "OC": oc, "CP": cp, "VC": vc}[metric]
+    return {"score": score, "evidence": f"{metric} of {case.id} for {model}"}
+
+
 @pytest.fixture
 def judge_server():
     cases = load_cases(sample_dataset())
     state = {"model": "correct"}
-
-    def answer(info):
-        case = next(c for c in cases if c.instruction in info["text"])
-        info["case"] = case.id
-        metric = info["metric"]
-        info["key"] = (state["model"], case.id, metric, info["step"])
-        if metric == "STEP":
-            ok = (case.id, info["step"]) not in STEP_WRONG
-            return {"step_index": info["step"], "score": int(ok), "evidence": f"step {info['step']}"}
-        pa, oc, cp, vc = SCORES[state["model"]][case.id]
-        score = {"PA": pa, "OC": oc, "CP": cp, "VC": vc}[metric]
-        return {"score": score, "evidence": f"{metric} of {case.id} for {state['model']}"}
-
-    srv = FakeJudge(answer, slow_s=1.0)
+    srv = FakeJudge(lambda info: scripted(info, cases, state["model"]), slow_s=1.0)
     srv.state = state
     yield srv
     srv.close()
+
+
+class MockJudge:
+    """The same scripted judge in-process: `infos` are the requests as FakeJudge.describe sees them."""
+
+    def __init__(self, model: str = "correct"):
+        self.cases = load_cases(sample_dataset())
+        self.model = model
+        self.infos: list[dict] = []
+
+    def __call__(self, request):
+        info = FakeJudge.describe(request.body())
+        self.infos.append(info)
+        return scripted(info, self.cases, self.model)
+
+    def client(self, judge_model: str = "fake-judge-1"):
+        from worldeval.judge import JudgeClient, JudgeConfig, MockTransport
+
+        return JudgeClient(JudgeConfig(model=judge_model, max_attempts=3, backoff_base_s=0.0),
+                           transport=MockTransport(self))
 
 
 def _judge(runner, srv, model, out, cache, extra=()):
@@ -95,8 +116,9 @@ def test_judge_run_faults_scores_resume_cache_and_no_key(judge_server, tmp_path)
     F[("correct", "goal_tiles", "PA", None)] = ["prose!"]
     _judge(runner, srv, "correct", run, cache)
 
-    # 15 items; extra requests: 2x500, 2x429, 1 out-of-range, 1 timeout, 2 more prose attempts
-    assert srv.count() == 15 + 2 + 2 + 1 + 1 + 2
+    # 15 items and the preflight request; extra requests: 2x500, 2x429, 1 out-of-range, 1 timeout, 2 more prose attempts
+    assert srv.count(FakeJudge.preflight_request) == 1
+    assert srv.count() == 1 + 15 + 2 + 2 + 1 + 1 + 2
     recs = [json.loads(l) for l in (run / "judgments.jsonl").read_text().splitlines()]
     assert len(recs) == 15
     by = {(r["case_id"], r["metric"]): r for r in recs}
@@ -116,6 +138,8 @@ def test_judge_run_faults_scores_resume_cache_and_no_key(judge_server, tmp_path)
     # OC sees the references and the final image only; the others see references + every state.
     refs = {c.id: len(c.images) for c in load_cases(sample_dataset())}
     for req in srv.requests:
+        if FakeJudge.preflight_request(req):
+            continue
         if req.get("metric") == "OC":
             assert len(req["images"]) == refs[req["case"]] + 1
             assert "Generated state 2" not in req["text"]
@@ -140,11 +164,11 @@ def test_judge_run_faults_scores_resume_cache_and_no_key(judge_server, tmp_path)
     assert s["categories"]["visual_goal_realization"] is None
     assert s["categories"]["logic_and_rules"] == pytest.approx(86.0)
 
-    # Resume: only the failed item is asked again.
+    # Resume: only the failed item is asked again (after the new run's preflight request).
     srv.faults.clear()
     before = srv.count()
     _judge(runner, srv, "correct", run, cache)
-    assert srv.count() == before + 1
+    assert srv.count() == before + 2
     s = _score(runner, run)["models"]["correct"]
     assert s["n_failed"] == 0
     assert s["final"] == pytest.approx(sum(f for f, _ in finals.values()) / 4)
@@ -188,16 +212,38 @@ def test_judge_run_faults_scores_resume_cache_and_no_key(judge_server, tmp_path)
     assert all(r["auth"] == f"Bearer {KEY}" for r in srv.requests)
 
 
-def test_step_accuracy_curve(judge_server, tmp_path):
-    runner = CliRunner()
-    run = tmp_path / "run"
-    _judge(runner, judge_server, "correct", run, tmp_path / "c.sqlite", extra=["--step-accuracy"])
+def test_step_accuracy_paper_scope(tmp_path):
+    """The paper's curve: four-step cases without an endpoint reference image, per step index."""
+    from worldeval.worldcast.judging import run_judge
+
+    runner, judge, run = CliRunner(), MockJudge(), tmp_path / "run"
+    run_judge(sample_dataset(), sample_outputs("correct"), "correct", run, judge.client(), step_accuracy=True)
+    # adapt_cube_box (2 steps) and logic_hanoi2 (3) are not four-step cases; goal_tiles (4) shows its goal state
+    steps = [(r["case"], r["step"]) for r in judge.infos if r["metric"] == "STEP"]
+    assert sorted(steps) == [("phys_ball_drop", k) for k in (1, 2, 3, 4)]
+    res = _score(runner, run, extra=["--step-accuracy"])["models"]["correct"]
+    assert res["step_accuracy_scope"] == ["paper"]
+    assert {k: (v["accuracy"], v["n"]) for k, v in res["step_accuracy"].items()} == \
+        {"1": (100.0, 1), "2": (100.0, 1), "3": (0.0, 1), "4": (100.0, 1)}  # phys_ball_drop step 3 is wrong
+    # the readable table has one column per step index
+    table = runner.invoke(app, ["worldcast", "score", str(run), "--step-accuracy"])
+    assert table.exit_code == 0 and "step 3" in table.stdout and "0.0 (1)" in table.stdout
+
+
+def test_step_accuracy_curve_all_cases(tmp_path):
+    from worldeval.worldcast.judging import run_judge
+
+    runner, judge, run = CliRunner(), MockJudge(), tmp_path / "run"
+    run_judge(sample_dataset(), sample_outputs("correct"), "correct", run, judge.client(), step_accuracy=True,
+              step_scope="all")
     n_steps = sum(STEP_LEN.values())
-    assert judge_server.count(lambda r: r["metric"] == "STEP") == n_steps
+    assert sum(r["metric"] == "STEP" for r in judge.infos) == n_steps
     # Step requests carry only the designated image besides the references.
-    for r in judge_server.requests:
+    refs = {c.id: len(c.images) for c in judge.cases}
+    for r in judge.infos:
         if r["metric"] == "STEP":
             assert f"DESIGNATED GENERATED IMAGE (step {r['step']})" in r["text"]
+            assert len(r["images"]) == refs[r["case"]] + 1
     s = _score(runner, run, extra=["--step-accuracy"])["models"]["correct"]
     curve = s["step_accuracy"]
     # hand count: step 1 all four right; step 2: logic wrong (3/4); step 3: phys wrong, logic+goal right (2/3); step 4: 2/2
@@ -206,19 +252,19 @@ def test_step_accuracy_curve(judge_server, tmp_path):
     assert curve["3"]["accuracy"] == pytest.approx(200 / 3) and curve["3"]["n"] == 3
     assert curve["4"]["accuracy"] == pytest.approx(100.0) and curve["4"]["n"] == 2
     # The ball's plan text reached the step judge.
-    assert any("It bounces up" in r["text"] for r in judge_server.requests if r["metric"] == "STEP")
+    assert any("It bounces up" in r["text"] for r in judge.infos if r["metric"] == "STEP")
 
 
-def test_missing_output_is_a_recorded_failure_and_resumable(judge_server, tmp_path):
-    runner = CliRunner()
+def test_missing_output_is_a_recorded_failure_and_resumable(tmp_path):
+    from worldeval.worldcast.judging import run_judge
+
+    runner, judge = CliRunner(), MockJudge()
     outputs = tmp_path / "outs"
     shutil.copytree(sample_outputs("correct"), outputs)
     shutil.rmtree(outputs / "logic_hanoi2")
     run = tmp_path / "run"
-    args = ["worldcast", "judge", "--dataset", str(sample_dataset()), "--outputs", str(outputs), "--model", "correct",
-            "--out", str(run), "--base-url", judge_server.base_url, "--judge-model", "j", "--no-cache",
-            "--timeout", "2", "--backoff", "0.01", "-q"]
-    assert runner.invoke(app, args).exit_code == 0
+    client = judge.client()
+    run_judge(sample_dataset(), outputs, "correct", run, client)
     recs = [json.loads(l) for l in (run / "judgments.jsonl").read_text().splitlines()]
     bad = [r for r in recs if r["case_id"] == "logic_hanoi2"]
     assert len(bad) == 4 and all(r["status"] == "failed" and "no output folder" in r["error"] for r in bad)
@@ -226,18 +272,16 @@ def test_missing_output_is_a_recorded_failure_and_resumable(judge_server, tmp_pa
     assert s["n_failed"] == 1 and s["categories"]["logic_and_rules"] is None
     # The output appears; the rerun judges only that case.
     shutil.copytree(sample_outputs("correct") / "logic_hanoi2", outputs / "logic_hanoi2")
-    before = judge_server.count()
-    assert runner.invoke(app, args).exit_code == 0
-    assert judge_server.count() == before + 4
+    before = len(judge.infos)
+    run_judge(sample_dataset(), outputs, "correct", run, client)
+    assert len(judge.infos) == before + 4 and {r["case"] for r in judge.infos[before:]} == {"logic_hanoi2"}
     assert _score(runner, run)["models"]["correct"]["n_failed"] == 0
 
 
-def test_other_judge_in_same_folder_is_refused(judge_server, tmp_path):
-    runner = CliRunner()
+def test_other_judge_in_same_folder_is_refused(tmp_path):
+    from worldeval.worldcast.judging import run_judge
+
     run = tmp_path / "run"
-    _judge(runner, judge_server, "correct", run, tmp_path / "c.sqlite", extra=["--case", "phys_ball_drop"])
-    args = ["worldcast", "judge", "--dataset", str(sample_dataset()), "--outputs", str(sample_outputs("correct")),
-            "--model", "correct", "--out", str(run), "--base-url", judge_server.base_url, "--judge-model", "other",
-            "--no-cache", "-q"]
-    res = runner.invoke(app, args)
-    assert res.exit_code == 2 and "new run folder" in res.output
+    run_judge(sample_dataset(), sample_outputs("correct"), "correct", run, MockJudge().client(), case_ids=["phys_ball_drop"])
+    with pytest.raises(ValueError, match="new run folder"):
+        run_judge(sample_dataset(), sample_outputs("correct"), "correct", run, MockJudge().client("other"))

@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 
 from worldeval.cli import app
 from worldeval.runs import append_jsonl
-from worldeval.worldcast.scoring import agreement, final_score, judge_swap, kendall_tau, repeats, score_runs
+from worldeval.worldcast.metrics import METRICS, case_final
+from worldeval.worldcast.scoring import agreement, judge_swap, kendall_tau, pearson, repeats, score_runs
 
 
 def write_run(run: Path, model: str, cases: dict, judge="J1", category="physical_simulation", w=0.0):
@@ -28,11 +29,33 @@ def write_run(run: Path, model: str, cases: dict, judge="J1", category="physical
             })
 
 
+def final_score(pa, cp, vc, oc=None, w=0.0):
+    return case_final({"PA": pa, "OC": oc, "CP": cp, "VC": vc}, w)
+
+
 def test_final_formula_by_hand():
     assert final_score(2, 3, 3) == pytest.approx(100.0)
     assert final_score(0, 0, 0) == 0.0
     # TC = 0.7*1/2 + 0.3*1 = 0.65 ; Final = 100/3 * (0.4*1.95 + 0.4*3 + 0.2*3) = 86
     assert final_score(1, 3, 3, oc=1, w=0.3) == pytest.approx(86.0)
+    assert final_score(1, 3, 3, oc=None, w=0.3) is None and final_score(None, 3, 3) is None
+
+
+@pytest.mark.parametrize("w", [0.0, 0.2, 0.5])
+def test_metric_weights_reproduce_final(w):
+    # Final/100 = sum over metrics of weight * score / top level, with the weights summing to 1.
+    rng = np.random.default_rng(int(w * 10))
+    assert sum(m.final_weight(w) for m in METRICS.values()) == pytest.approx(1.0)
+    for _ in range(20):
+        scores = {k: int(rng.integers(0, m.top + 1)) for k, m in METRICS.items() if k != "STEP"}
+        by_weights = 100 * sum(METRICS[k].final_weight(w) * v / METRICS[k].top for k, v in scores.items())
+        assert case_final(scores, w) == pytest.approx(by_weights)
+
+
+def test_pearson_and_kendall_undefined_cases():
+    assert pearson([1.0], [2.0]) is None and pearson([1, 1, 1], [1, 2, 3]) is None
+    assert pearson([1, 2, 3], [2, 4, 7]) == pytest.approx(np.corrcoef([1, 2, 3], [2, 4, 7])[0, 1])
+    assert kendall_tau([1.0], [1.0]) is None and kendall_tau([1, 1], [1, 2]) is None
 
 
 def test_latest_record_wins_and_failures_are_excluded(tmp_path):
@@ -96,7 +119,8 @@ def test_judge_swap_kendall_tau(tmp_path):
     a = [res["scores"]["J1"][m] for m in pair["models"]]
     b = [res["scores"]["J2"][m] for m in pair["models"]]
     assert pair["kendall_tau"] == pytest.approx(4 / 6) == pytest.approx(kendalltau(a, b).statistic)
-    assert kendall_tau([1, 2, 2], [1, 2, 3]) == pytest.approx(kendalltau([1, 2, 2], [1, 2, 3]).statistic)
+    # ties: 2 concordant pairs, 1 pair tied in a only -> tau-b = 2 / sqrt(3 * 2)
+    assert kendall_tau([1, 2, 2], [1, 2, 3]) == pytest.approx(2 / np.sqrt(6))
 
 
 def test_repeats_mean_std(tmp_path):
@@ -121,14 +145,14 @@ def test_judge_prompts_are_our_own_words_and_complete():
     from worldeval.worldcast import prompts as P
 
     paper = Path(__file__).resolve().parents[1].parent / "shared" / "seeds" / "worldcast-paper.txt"
-    texts = {m: P.rubric_text(m) for m in P.METRICS}
-    for m, t in texts.items():
-        assert P.METRIC_NAMES[m].upper() in t.upper()
+    texts = {k: m.rubric_text() for k, m in METRICS.items()}
+    for k, t in texts.items():
+        assert METRICS[k].name.upper() in t.upper()
         for word in ("INSPECT", "CHALLENGE", "REVISE", "HINTS"):
             assert word in t
-        for level in P.METRIC_LEVELS[m]:
-            assert re.search(rf"^{level} - ", t, re.M), (m, level)
-    assert len(set(P.PROMPT_VERSIONS.values())) == len(P.METRICS)
+        for level in METRICS[k].levels:
+            assert re.search(rf"^{level} - ", t, re.M), (k, level)
+    assert len({m.prompt_hash for m in METRICS.values()}) == len(METRICS)
     if paper.is_file():
         theirs = _ngrams(paper.read_text(encoding="utf-8"))
         ours = set().union(*(_ngrams(t) for t in texts.values()))

@@ -38,11 +38,11 @@ def _root(
 
 
 def _register_all() -> None:
-    from worldeval.opis import cli_score, cli_eval, cli_validate, cli_annotate, cli_produce
+    from worldeval.opis import cli_score, cli_eval, cli_validate, cli_annotate, cli_produce, build_cli, cli_audit
     from worldeval.worldcast import cli as worldcast_cli
     from worldeval import cli_demo, cli_report
 
-    for mod in (cli_score, cli_eval, cli_validate, cli_annotate, cli_produce):
+    for mod in (cli_score, cli_eval, cli_validate, cli_annotate, cli_produce, build_cli, cli_audit):
         mod.register(opis_app)
     worldcast_cli.register(worldcast_app)
     cli_demo.register(app)

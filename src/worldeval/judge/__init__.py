@@ -1,14 +1,25 @@
-"""Generic client for multimodal LLM judges behind an OpenAI-compatible endpoint.
+"""Generic client for multimodal LLM judges.
 
 Used by WorldCast judging, the agentic keyframe selector and any other tool
-that needs a structured (JSON) answer about images.
+that needs a structured (JSON) answer about images. The wire call is a
+transport: `OpenAICompatTransport` (an OpenAI-compatible endpoint) or
+`MockTransport` (scripted answers in-process).
 """
 
 from worldeval.judge.cache import JudgeCache
-from worldeval.judge.client import JudgeAnswer, JudgeClient, JudgeConfig, JudgeImage
+from worldeval.judge.client import JudgeAnswer, JudgeClient, JudgeConfig, JudgeImage, JudgeUnavailable
+from worldeval.judge.options import parse_judge_options, parse_temperature
+from worldeval.judge.mock import MockTransport
+from worldeval.judge.openai_compat import OpenAICompatTransport
 from worldeval.judge.parse import AnswerError, extract_json, score_validator
+from worldeval.judge.transport import (
+    JudgeBadReply, JudgeConnectionError, JudgeHTTPError, JudgeRequest, JudgeTimeout, Transport, TransportError,
+    TransportReply,
+)
 
 __all__ = [
-    "AnswerError", "JudgeAnswer", "JudgeCache", "JudgeClient", "JudgeConfig", "JudgeImage",
-    "extract_json", "score_validator",
+    "AnswerError", "JudgeAnswer", "JudgeBadReply", "JudgeCache", "JudgeClient", "JudgeConfig", "JudgeConnectionError",
+    "JudgeHTTPError", "JudgeImage", "JudgeRequest", "JudgeTimeout", "JudgeUnavailable", "MockTransport",
+    "OpenAICompatTransport", "parse_judge_options", "parse_temperature",
+    "Transport", "TransportError", "TransportReply", "extract_json", "score_validator",
 ]

@@ -1,4 +1,4 @@
-"""A small client for OpenAI-compatible chat-completions judges (OpenAI, vLLM, SGLang, Ollama, ...).
+"""A small client for multimodal LLM judges (OpenAI-compatible endpoints, or an in-process script).
 
 `JudgeClient.ask_json(content, validator=...)` sends text and images (as
 base64 data URLs) at temperature 0 with a fixed seed, asks for a JSON object,
@@ -7,8 +7,10 @@ timeouts and unparseable answers with exponential backoff and jitter. It
 returns a `JudgeAnswer` and never raises for an endpoint failure: a failure is
 an answer with `error` set, so a run records it and moves on.
 
-The API key lives only in the `openai` client object; it is excluded from
-`repr`, from `JudgeConfig.public()` and from every cache key.
+The wire call is a transport (`worldeval.judge.transport`): the default
+`OpenAICompatTransport` speaks to an OpenAI-compatible endpoint, `MockTransport`
+answers from a script. The API key lives only in the config and the `openai`
+client object; it is excluded from `repr`, `JudgeConfig.public()` and every cache key.
 """
 
 from __future__ import annotations
@@ -28,7 +30,12 @@ from typing import Any, Callable, Sequence, Union
 import numpy as np
 
 from worldeval.judge.cache import JudgeCache
+from worldeval.judge.openai_compat import OpenAICompatTransport
+from worldeval.judge.options import REASONING_EFFORTS, WireOptions, parse_temperature
 from worldeval.judge.parse import AnswerError, extract_json
+from worldeval.judge.transport import (
+    JudgeBadReply, JudgeConnectionError, JudgeHTTPError, JudgeRequest, JudgeTimeout, Transport,
+)
 
 _MIME = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".webp": "image/webp"}
 
@@ -97,18 +104,37 @@ class JudgeConfig:
     backoff_base_s: float = 1.0
     backoff_max_s: float = 60.0
     seed: int | None = 0
-    temperature: float = 0.0
+    temperature: float | None = 0.0  # None: never sent (the model's default applies)
     json_mode: bool = True
     concurrency: int = 4
     max_tokens: int | None = None
     image_max_side: int | None = 1024
+    reasoning_effort: str | None = None  # low | medium | high, for reasoning models
+    options: dict = field(default_factory=dict)  # extra body fields (--judge-option KEY=VALUE), sent unchanged
+    structured: bool = True  # ask for response_format json_schema when the caller has a schema
+    preflight: bool = False  # one small request before the first real one; a dead endpoint raises JudgeUnavailable
+    preflight_timeout_s: float = 30.0
+
+    def __post_init__(self):
+        if self.reasoning_effort is not None and self.reasoning_effort not in REASONING_EFFORTS:
+            raise ValueError(f"reasoning_effort must be one of {', '.join(REASONING_EFFORTS)}, not {self.reasoning_effort!r}")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, not {self.max_tokens}")
+        if self.backoff_max_s < 0 or self.backoff_base_s < 0:
+            raise ValueError("backoff times must be >= 0")
 
     @classmethod
     def resolve(cls, base_url: str | None = None, model: str | None = None, api_key: str | None = None, **kw) -> "JudgeConfig":
-        """Command-line values first, then OPENAI_BASE_URL / WORLDEVAL_JUDGE_MODEL / OPENAI_API_KEY."""
+        """Command-line values first, then OPENAI_BASE_URL / WORLDEVAL_JUDGE_MODEL / OPENAI_API_KEY.
+
+        Judge settings not given in `kw` come from WORLDEVAL_JUDGE_REASONING_EFFORT, _TEMPERATURE,
+        _MAX_TOKENS and _OPTIONS (a JSON object), so every command that builds a judge gets them.
+        """
         model = model or os.environ.get("WORLDEVAL_JUDGE_MODEL")
         if not model:
             raise ValueError("no judge model: pass --judge-model or set WORLDEVAL_JUDGE_MODEL")
+        # An unset setting (None) falls back to the environment; temperature=None means "never send one".
+        kw = {**_settings_from_env(), **{k: v for k, v in kw.items() if v is not None or k not in _ENV_SETTINGS}}
         return cls(
             model=model,
             base_url=base_url or os.environ.get("OPENAI_BASE_URL") or None,
@@ -132,7 +158,37 @@ class JudgeConfig:
             "concurrency": self.concurrency,
             "max_tokens": self.max_tokens,
             "image_max_side": self.image_max_side,
+            **self.settings(),
+            "structured": self.structured,
+            "preflight": self.preflight,
         }
+
+    def settings(self) -> dict:
+        """The sampling settings that can change an answer (recorded with every judgment)."""
+        return {"reasoning_effort": self.reasoning_effort, "temperature": self.temperature,
+                "max_tokens": self.max_tokens, "options": dict(self.options)}
+
+
+_ENV_SETTINGS = ("reasoning_effort", "max_tokens", "options")
+
+
+def _settings_from_env() -> dict:
+    env, out = os.environ, {}
+    if env.get("WORLDEVAL_JUDGE_REASONING_EFFORT"):
+        out["reasoning_effort"] = env["WORLDEVAL_JUDGE_REASONING_EFFORT"]
+    if env.get("WORLDEVAL_JUDGE_TEMPERATURE"):
+        out["temperature"] = parse_temperature(env["WORLDEVAL_JUDGE_TEMPERATURE"])
+    if env.get("WORLDEVAL_JUDGE_MAX_TOKENS"):
+        out["max_tokens"] = int(env["WORLDEVAL_JUDGE_MAX_TOKENS"])
+    if env.get("WORLDEVAL_JUDGE_OPTIONS"):
+        try:
+            opts = json.loads(env["WORLDEVAL_JUDGE_OPTIONS"])
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"WORLDEVAL_JUDGE_OPTIONS is not a JSON object: {exc}") from None
+        if not isinstance(opts, dict):
+            raise ValueError("WORLDEVAL_JUDGE_OPTIONS must be a JSON object")
+        out["options"] = opts
+    return out
 
 
 @dataclass
@@ -146,6 +202,8 @@ class JudgeAnswer:
     cached: bool = False
     request_hash: str = ""
     errors: list[str] = field(default_factory=list)
+    response_mode: str | None = None  # json_schema | json_object | text on the last attempt (None when cached)
+    sent: dict = field(default_factory=dict)  # the sampling options the last attempt actually sent
 
     @property
     def ok(self) -> bool:
@@ -153,24 +211,24 @@ class JudgeAnswer:
 
 
 class _Retryable(Exception):
-    def __init__(self, message: str, retry_after: float | None = None):
+    def __init__(self, message: str, retry_after: float | None = None, at_once: bool = False):
         super().__init__(message)
         self.retry_after = retry_after
+        self.at_once = at_once  # a dropped option is no overload: ask again without waiting
 
 
 class _Fatal(Exception):
     pass
 
 
-def _usage_dict(usage: Any) -> dict:
-    if usage is None:
-        return {}
-    out = {}
-    for k in ("prompt_tokens", "completion_tokens", "total_tokens"):
-        v = getattr(usage, k, None)
-        if isinstance(v, (int, float)):
-            out[k] = int(v)
-    return out
+class JudgeUnavailable(RuntimeError):
+    """The preflight request failed: nothing to judge with (unreachable endpoint, bad key, unknown model)."""
+
+
+_PREFLIGHT_PROMPT = 'Connection check before a judging run. Reply with the JSON object {"ok": true}.'
+_PREFLIGHT_SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+                     "additionalProperties": False}
+_RETRYABLE_STATUS = (408, 409, 425, 429)
 
 
 def _add_usage(total: dict, part: dict) -> None:
@@ -179,41 +237,34 @@ def _add_usage(total: dict, part: dict) -> None:
 
 
 class JudgeClient:
-    """Thread-safe: concurrent `ask_json` calls share one HTTP client and a concurrency limit."""
+    """Thread-safe: concurrent `ask_json` calls share one transport and a concurrency limit.
 
-    def __init__(self, config: JudgeConfig, cache: JudgeCache | None = None, sleep: Callable[[float], None] = time.sleep):
+    `transport` carries the request (default: `OpenAICompatTransport` built from
+    `config`; `MockTransport(script)` answers in-process). Retries, the cache,
+    the concurrency limit, accounting and option fallbacks live here, so they
+    behave the same for every transport.
+    """
+
+    def __init__(self, config: JudgeConfig, cache: JudgeCache | None = None, sleep: Callable[[float], None] = time.sleep,
+                 transport: Transport | None = None):
         self.config = config
         self.cache = cache
+        self.transport = transport if transport is not None else OpenAICompatTransport.from_config(config)
         self._sleep = sleep
-        self._client = None
-        self._client_lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(max(1, int(config.concurrency)))
         self._totals_lock = threading.Lock()
         self.totals: dict[str, int] = {
             "requests": 0, "cache_hits": 0, "failures": 0, "prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0,
         }
-        # Learned once per client: a server that rejects these options gets requests without them.
-        self._json_mode = config.json_mode
-        self._send_seed = config.seed is not None
+        # Learned once per client: a server that rejects an option gets requests without it.
+        self.options = WireOptions(config)
         self._rng = random.Random(config.seed if config.seed is not None else 0)
+        self._preflight_lock = threading.Lock()
+        self._preflight_state: str | None = None  # None: not yet; "ok"; or the failure message
+        self.preflight_note: str | None = None
 
     def __repr__(self) -> str:
-        return f"JudgeClient(model={self.config.model!r}, base_url={self.config.base_url!r})"
-
-    # -- openai client ---------------------------------------------------
-    def _openai(self):
-        with self._client_lock:
-            if self._client is None:
-                import openai
-
-                self._client = openai.OpenAI(
-                    base_url=self.config.base_url,
-                    # Local servers (vLLM, Ollama) accept any key; the SDK insists on one.
-                    api_key=self.config.api_key or "not-set",
-                    timeout=self.config.timeout_s,
-                    max_retries=0,  # retries are ours, so attempts are counted and logged
-                )
-            return self._client
+        return f"JudgeClient(model={self.config.model!r}, base_url={self.config.base_url!r}, transport={self.transport.name})"
 
     # -- request building ------------------------------------------------
     def _images(self, content: Content) -> list[str | JudgeImage]:
@@ -234,82 +285,117 @@ class JudgeClient:
         return parts
 
     def request_hash(self, parts: list[str | JudgeImage], system: str | None, cache_extra: dict | None) -> str:
+        c = self.config
         ident = {
-            "judge_model": self.config.model,
+            "judge_model": c.model,
             "system": system,
             "parts": [p if isinstance(p, str) else {"image_sha256": p.sha256, "mime": p.mime} for p in parts],
-            "temperature": self.config.temperature,
-            "seed": self.config.seed,
+            "temperature": c.temperature,
+            "seed": c.seed,
             "extra": cache_extra or {},
         }
+        # Only settings that are set join the hash, so answers cached before they existed still hit.
+        for k, v in (("reasoning_effort", c.reasoning_effort), ("max_tokens", c.max_tokens), ("options", c.options)):
+            if v:
+                ident[k] = v
         return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
 
-    @staticmethod
-    def _messages(parts: list[str | JudgeImage], system: str | None) -> list[dict]:
-        content = []
-        for p in parts:
-            if isinstance(p, str):
-                content.append({"type": "text", "text": p})
-            else:
-                content.append({"type": "image_url", "image_url": {"url": p.data_url()}})
-        msgs = []
-        if system:
-            msgs.append({"role": "system", "content": system})
-        msgs.append({"role": "user", "content": content})
-        return msgs
+    def _scrub(self, text: str) -> str:
+        # Some servers echo the key in an error message; it must not reach a record or a log.
+        key = self.config.api_key
+        return text.replace(key, "***") if key else text
+
+    def _count_request(self) -> None:
+        with self._totals_lock:
+            self.totals["requests"] += 1
 
     # -- one attempt -----------------------------------------------------
-    def _call(self, messages: list[dict]) -> tuple[str, dict]:
-        import openai
-
-        kwargs: dict[str, Any] = {"model": self.config.model, "messages": messages, "temperature": self.config.temperature}
-        if self._send_seed:
-            kwargs["seed"] = self.config.seed
-        if self._json_mode:
-            kwargs["response_format"] = {"type": "json_object"}
-        if self.config.max_tokens:
-            kwargs["max_tokens"] = self.config.max_tokens
+    def _call(self, parts: list[str | JudgeImage], system: str | None, schema: dict | None) -> tuple[str, dict, str, dict]:
+        params, mode = self.options.params(schema)
+        request = JudgeRequest(self.config.model, parts, system, params, dict(self.config.options))
         try:
-            resp = self._openai().chat.completions.create(**kwargs)
-        except openai.RateLimitError as exc:
-            retry_after = None
-            try:
-                retry_after = float(exc.response.headers.get("retry-after"))
-            except Exception:
-                pass
-            raise _Retryable(f"HTTP 429 rate limited", retry_after) from exc
-        except openai.APITimeoutError as exc:
-            raise _Retryable(f"timeout after {self.config.timeout_s:g} s") from exc
-        except openai.APIConnectionError as exc:
-            raise _Retryable(f"connection error: {exc.__class__.__name__}") from exc
-        except openai.APIStatusError as exc:
-            status = exc.status_code
-            body = str(getattr(exc, "message", "") or "")[:300]
-            if status == 400 and (self._json_mode or self._send_seed):
-                low = body.lower()
-                # Servers without JSON mode or seeds answer 400 naming the option; drop it and ask again.
-                if self._json_mode and ("response_format" in low or "json" in low):
-                    self._json_mode = False
-                    raise _Retryable(f"HTTP 400 (response_format unsupported; retrying without it)", 0.0) from exc
-                if self._send_seed and "seed" in low:
-                    self._send_seed = False
-                    raise _Retryable(f"HTTP 400 (seed unsupported; retrying without it)", 0.0) from exc
-            if status >= 500 or status in (408, 409, 425):
-                raise _Retryable(f"HTTP {status}: {body}") from exc
-            raise _Fatal(f"HTTP {status}: {body}") from exc
-        if not getattr(resp, "choices", None):
-            raise _Retryable("response without choices")
-        text = resp.choices[0].message.content
-        return (text or ""), _usage_dict(getattr(resp, "usage", None))
+            reply = self.transport.send(request)
+        except JudgeHTTPError as exc:
+            raise self._classify(exc, params) from exc
+        except JudgeTimeout as exc:
+            raise _Retryable(str(exc) or f"timeout after {self.config.timeout_s:g} s") from exc
+        except (JudgeConnectionError, JudgeBadReply) as exc:
+            raise _Retryable(str(exc)) from exc
+        sent = {k: v for k, v in params.items() if k != "response_format"}
+        return reply.text, reply.usage, mode, sent
+
+    def _classify(self, exc: JudgeHTTPError, sent: dict) -> Exception:
+        msg = self._scrub(str(exc))
+        change = self.options.refused(exc.status, exc.message, sent)
+        if change is not None:
+            return _Retryable(f"HTTP 400 ({change}; asked again)", at_once=True)
+        if exc.status >= 500 or exc.status in _RETRYABLE_STATUS:
+            return _Retryable(msg, exc.retry_after)
+        return _Fatal(msg)
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
         base = min(self.config.backoff_max_s, self.config.backoff_base_s * (2 ** (attempt - 1)))
         with self._totals_lock:
             jitter = self._rng.uniform(0.5, 1.5)
-        delay = base * jitter
+        delay = min(base * jitter, self.config.backoff_max_s)
         if retry_after is not None:
             delay = max(delay, min(retry_after, self.config.backoff_max_s))
         return delay
+
+    # -- preflight -------------------------------------------------------
+    def preflight(self) -> None:
+        """One small request that must succeed before judging; raises `JudgeUnavailable` naming the endpoint.
+
+        Run once per client (later calls return or raise at once). Option refusals (temperature,
+        response_format, ...) are learned here, so the judged items do not each run into them.
+        """
+        with self._preflight_lock:
+            if self._preflight_state is None:
+                try:
+                    self._probe()
+                    self._preflight_state = "ok"
+                except JudgeUnavailable as exc:
+                    self._preflight_state = str(exc)
+            if self._preflight_state != "ok":
+                raise JudgeUnavailable(self._preflight_state)
+
+    def preflight_status(self) -> dict:
+        """For manifests: whether the preflight request ran and how it went."""
+        state = self._preflight_state
+        return {"enabled": self.config.preflight, "result": "not needed" if state is None else state,
+                "note": self.preflight_note}
+
+    def _probe(self) -> None:
+        c = self.config
+        where = f"judge endpoint {c.base_url or 'https://api.openai.com/v1 (the openai default)'}"
+        timeout = min(c.timeout_s, c.preflight_timeout_s)
+        for _ in range(7):  # room for every option an endpoint may refuse
+            params, _ = self.options.params(_PREFLIGHT_SCHEMA)
+            self._count_request()
+            try:
+                self.transport.send(JudgeRequest(c.model, [_PREFLIGHT_PROMPT], None, params, dict(c.options),
+                                                 timeout_s=timeout, purpose="preflight"))
+                return
+            except JudgeBadReply:
+                return  # it answered; an odd body shows up again, per item, where it is recorded
+            except JudgeConnectionError as exc:
+                raise JudgeUnavailable(f"{where}: cannot connect ({exc})") from None
+            except JudgeTimeout:
+                raise JudgeUnavailable(f"{where}: no answer within {timeout:g} s") from None
+            except JudgeHTTPError as exc:
+                if self.options.refused(exc.status, exc.message, params) is not None:
+                    continue
+                msg = self._scrub(exc.message)[:200]
+                if exc.status in (401, 403):
+                    raise JudgeUnavailable(f"{where}: the API key was refused (HTTP {exc.status}: {msg})") from None
+                if exc.status == 404:
+                    raise JudgeUnavailable(f"{where}: unknown model {c.model!r} or wrong path (HTTP 404: {msg})") from None
+                if not (exc.status >= 500 or exc.status in _RETRYABLE_STATUS):
+                    raise JudgeUnavailable(f"{where}: HTTP {exc.status}: {msg}") from None
+                # Busy or failing for the moment, but there: the items' own retries deal with that.
+                self.preflight_note = f"HTTP {exc.status} on the preflight request; judging went ahead"
+                return
+        raise JudgeUnavailable(f"{where}: kept refusing request options ({self.options.public()['adaptations']})")
 
     # -- public ----------------------------------------------------------
     def ask_json(
@@ -321,11 +407,14 @@ class JudgeClient:
         system: str | None = None,
         cache_extra: dict | None = None,
         prefer_key: str | None = "score",
+        schema: dict | None = None,
     ) -> JudgeAnswer:
-        """Ask once (with retries) for a JSON object; never raises for endpoint or answer problems.
+        """Ask once (with retries) for a JSON object; never raises for endpoint or answer problems
+        (except `JudgeUnavailable` when `config.preflight` is on and the preflight request failed).
 
         `content` is a prompt string or an ordered list of text parts and images (JudgeImage, Path,
         RGB array); `images` (paths as str or Path, arrays, JudgeImage) are appended after it.
+        `schema` (a JSON schema of the answer) asks for structured output where the endpoint has it.
         """
         t0 = time.monotonic()
         parts = self._images(content)
@@ -338,19 +427,23 @@ class JudgeClient:
                 with self._totals_lock:
                     self.totals["cache_hits"] += 1
                 return JudgeAnswer(hit["raw"], hit["parsed"], 0, time.monotonic() - t0, hit["usage"], None, True, key)
-        messages = self._messages(parts, system)
+        if self.config.preflight:
+            self.preflight()
+        return self._ask(parts, system, key, validator, prefer_key, schema, t0)
+
+    def _ask(self, parts, system, key, validator, prefer_key, schema, t0) -> JudgeAnswer:
         usage: dict = {}
         errors: list[str] = []
         raw: str | None = None
-        attempts = 0
-        while attempts < max(1, self.config.max_attempts):
+        mode, sent = None, {}
+        attempts = refusals = 0
+        while attempts - refusals < max(1, self.config.max_attempts) and refusals <= 6:
             attempts += 1
-            retry_after = None
+            retry_after, wait = None, True
             try:
                 with self._slots:
-                    with self._totals_lock:
-                        self.totals["requests"] += 1
-                    raw, u = self._call(messages)
+                    self._count_request()
+                    raw, u, mode, sent = self._call(parts, system, schema)
                 _add_usage(usage, u)
                 parsed = extract_json(raw, prefer_key=prefer_key)
                 if validator is not None:
@@ -358,19 +451,21 @@ class JudgeClient:
                 self._account(usage)
                 if self.cache is not None:
                     self.cache.put(key, self.config.model, raw, parsed, usage)
-                return JudgeAnswer(raw, parsed, attempts, time.monotonic() - t0, usage, None, False, key, errors)
+                return JudgeAnswer(raw, parsed, attempts, time.monotonic() - t0, usage, None, False, key, errors, mode, sent)
             except AnswerError as exc:
                 errors.append(f"attempt {attempts}: unparseable answer: {exc}")
             except _Retryable as exc:
                 errors.append(f"attempt {attempts}: {exc}")
-                retry_after = exc.retry_after
+                retry_after, wait = exc.retry_after, not exc.at_once
+                refusals += exc.at_once  # an option refusal is not the endpoint failing: it costs no attempt
             except _Fatal as exc:
                 errors.append(f"attempt {attempts}: {exc}")
                 break
-            if attempts < self.config.max_attempts:
-                self._sleep(self._backoff(attempts, retry_after))
+            if wait and attempts - refusals < self.config.max_attempts:
+                self._sleep(self._backoff(attempts - refusals, retry_after))
         self._account(usage, failed=True)
-        return JudgeAnswer(raw, None, attempts, time.monotonic() - t0, usage, errors[-1] if errors else "failed", False, key, errors)
+        return JudgeAnswer(raw, None, attempts, time.monotonic() - t0, usage, errors[-1] if errors else "failed", False,
+                           key, errors, mode, sent)
 
     def _account(self, usage: dict, failed: bool = False) -> None:
         with self._totals_lock:

@@ -170,7 +170,7 @@ def load_spec_file(path: str | Path) -> tuple[AnnotateSpec, Path | None]:
 
 
 def grabcut_mask(image: np.ndarray, box: list[float] | None = None, point: list[float] | None = None,
-                 iters: int = 5, seed: int = 0) -> np.ndarray:
+                 iters: int = 5, seed: int = 0, background: np.ndarray | None = None) -> np.ndarray:
     """Instance mask from a box (x, y, w, h) and/or a point (x, y) prompt with GrabCut.
 
     GrabCut runs on a crop around the prompt (the box grown by half its size),
@@ -178,7 +178,14 @@ def grabcut_mask(image: np.ndarray, box: list[float] | None = None, point: list[
     when that finds (almost) nothing it is retried with a thin background ring.
     A point alone seeds a sure-foreground disc inside a square window whose
     border is background, and the component holding the point is kept; when
-    only the seed disc survives, smaller windows are tried.
+    only the seed disc survives, smaller windows are tried. When a box finds
+    nothing with either ring, a last try seeds a sure-foreground core at the
+    box centre (GrabCut can otherwise call a whole box of a colour that also
+    fills the ring background).
+
+    `background` (H x W bool, optional) marks pixels already given to other
+    instances; inside the window they start as probable background, so an
+    occluder in front of the object is not absorbed into its mask.
     """
     H, W = image.shape[:2]
     if box is None and point is None:
@@ -187,9 +194,10 @@ def grabcut_mask(image: np.ndarray, box: list[float] | None = None, point: list[
     # (window side as a share of the image's short side, background margin); a box sets its own window.
     # A wide background ring models the surroundings best, but when it holds a look-alike
     # (a neighbouring coin, say) GrabCut can call the whole box background; a thin ring then helps.
-    attempts = [(None, 0.5), (None, 0.08)] if box is not None else [(0.35, 0.5), (0.35, 0.08), (0.2, 0.08)]
+    attempts = [(None, 0.5, False), (None, 0.08, False), (None, 0.08, True)] if box is not None \
+        else [(0.35, 0.5, False), (0.35, 0.08, False), (0.2, 0.08, False)]
     full = np.zeros((H, W), dtype=bool)
-    for side_frac, margin in attempts:
+    for side_frac, margin, core in attempts:
         if box is not None:
             x, y, w, h = box
             x0, y0 = max(0, int(math.floor(x))), max(0, int(math.floor(y)))
@@ -200,7 +208,7 @@ def grabcut_mask(image: np.ndarray, box: list[float] | None = None, point: list[
             x1, y1 = min(W, int(point[0] + side / 2)), min(H, int(point[1] + side / 2))
         if x1 - x0 < 2 or y1 - y0 < 2:
             raise ValueError(f"prompt box {[x0, y0, x1 - x0, y1 - y0]} is outside the image or too small")
-        full = _grabcut_window(image, (x0, y0, x1, y1), margin, point, iters, seed)
+        full = _grabcut_window(image, (x0, y0, x1, y1), margin, point, iters, seed, core, background)
         if box is not None and full.sum() >= 0.1 * (x1 - x0) * (y1 - y0):
             break
         if box is None and full.sum() > 4 * math.pi * disc * disc:
@@ -209,7 +217,8 @@ def grabcut_mask(image: np.ndarray, box: list[float] | None = None, point: list[
 
 
 def _grabcut_window(image: np.ndarray, box: tuple[int, int, int, int], margin: float,
-                    point: list[float] | None, iters: int, seed: int) -> np.ndarray:
+                    point: list[float] | None, iters: int, seed: int, core: bool = False,
+                    background: np.ndarray | None = None) -> np.ndarray:
     import cv2
 
     H, W = image.shape[:2]
@@ -219,6 +228,11 @@ def _grabcut_window(image: np.ndarray, box: tuple[int, int, int, int], margin: f
     crop = np.ascontiguousarray(image[cy0:cy1, cx0:cx1, :3].astype(np.uint8))
     mask = np.full(crop.shape[:2], cv2.GC_BGD, np.uint8)
     mask[y0 - cy0:y1 - cy0, x0 - cx0:x1 - cx0] = cv2.GC_PR_FGD
+    if background is not None:
+        mask[background[cy0:cy1, cx0:cx1] & (mask == cv2.GC_PR_FGD)] = cv2.GC_PR_BGD
+    if core:
+        centre = ((x0 + x1) // 2 - cx0, (y0 + y1) // 2 - cy0)
+        cv2.ellipse(mask, centre, (max(1, (x1 - x0) // 6), max(1, (y1 - y0) // 6)), 0, 0, 360, cv2.GC_FGD, -1)
     if point is not None:
         r = max(3, int(0.015 * min(H, W)))
         cv2.circle(mask, (int(point[0]) - cx0, int(point[1]) - cy0), r, cv2.GC_FGD, -1)
@@ -548,71 +562,93 @@ def annotate(image: np.ndarray, spec: AnnotateSpec, out_dir: str | Path, judge_c
         for m in masks:
             candidates.append((p, m, source))
 
+    annotation = {"tool": "worldeval opis annotate", "phrases_from": proposed_by, "scale": round(scale, 6)}
+    return assemble_case(image, spec, candidates, out_dir, annotation, failures, device=device, on_step=step,
+                         geometry=geometry)
+
+
+Candidate = tuple  # (ObjectPrompt, H x W bool mask, mask source label)
+
+
+def exclusive_instances(candidates: list[Candidate], kept: list[int], shape: tuple[int, int]
+                        ) -> tuple[dict[int, np.ndarray], list[int], list[dict]]:
+    """Give each overlapped pixel to the smaller (usually nearer) instance; drop instances left (almost) empty."""
+    final = {i: candidates[i][1] for i in kept}
+    taken = np.zeros(shape, dtype=bool)
+    for i in sorted(kept, key=lambda i: int(final[i].sum())):
+        final[i] = final[i] & ~taken
+        taken |= final[i]
+    emptied = [i for i in kept if final[i].sum() < 16]
+    failures = [{"prompt": i, "phrase": candidates[i][0].phrase, "reason": "covered by smaller instances"}
+                for i in emptied]
+    return final, [i for i in kept if i not in emptied], failures
+
+
+def case_geometry(spec: AnnotateSpec, shape: tuple[int, int], image: np.ndarray, device: str,
+                  given: tuple[Geometry, str] | None) -> tuple[Geometry, str]:
+    """The geometry scaffold and where it came from (a given one, a depth file or model, else flat)."""
+    H, W = shape
+    geometry, source = None, "flat"
+    if given is not None:
+        geometry, source = _resize_geometry(given[0], H, W), given[1]
+    elif spec.depth == "model":
+        geometry, source = model_geometry(image, device)
+        if geometry is None:
+            source = f"flat (depth model unavailable: {source})"
+    elif spec.depth:
+        geometry, source = load_depth_file(spec.depth, H, W), f"file:{Path(spec.depth).name}"
+    return (geometry if geometry is not None else flat_geometry(H, W)), source
+
+
+def case_camera(spec: AnnotateSpec) -> CameraTask:
+    if isinstance(spec.camera, dict):
+        try:
+            return CameraTask.model_validate(spec.camera)
+        except Exception as exc:
+            raise AnnotateError("camera", "camera", f"invalid camera task: {exc}") from exc
+    return camera_preset(spec.camera, spec.camera_amount, spec.duration_s, spec.fps)
+
+
+def assemble_case(image: np.ndarray, spec: AnnotateSpec, candidates: list[Candidate], out_dir: str | Path,
+                  annotation: dict, failures: list[dict] | None = None, device: str = "cpu", on_step=None,
+                  geometry: tuple[Geometry, str] | None = None, embedder: Any = None) -> Path:
+    """Write the case from segmented candidates: IoU de-duplication (earlier candidates win), exclusive
+    masks, ids, labels, geometry, camera task, instruction and reference embeddings (SPEC section 2).
+
+    `annotation` is recorded in case.json (tool, provenance); the de-duplication, failures, geometry
+    source and per-instance prompts are added here. Returns the case.json path.
+    """
+    step = on_step or (lambda name: None)
+    failures = list(failures or [])
+    H, W = image.shape[:2]
     kept, dropped = remove_duplicates([m for _, m, _ in candidates], spec.dedup_iou)
     if not kept:
         raise AnnotateError("objects", "objects", "no prompt produced a usable mask")
-
     final = {i: candidates[i][1] for i in kept}
     if spec.exclusive:
-        taken = np.zeros((H, W), dtype=bool)
-        for i in sorted(kept, key=lambda i: int(final[i].sum())):
-            final[i] = final[i] & ~taken
-            taken |= final[i]
-        emptied = [i for i in kept if final[i].sum() < 16]
-        failures += [{"prompt": i, "phrase": candidates[i][0].phrase, "reason": "covered by smaller instances"}
-                     for i in emptied]
-        kept = [i for i in kept if i not in emptied]
-
+        final, kept, emptied = exclusive_instances(candidates, kept, (H, W))
+        failures += emptied
     instances, masks_by_id = [], {}
     for n, i in enumerate(kept):
-        p, _, source = candidates[i]
-        m = final[i]
+        p = candidates[i][0]
         iid = f"obj_{n + 1:03d}"
-        inst = {"id": iid, "category": p.phrase, "kinematics": p.kinematics, "track": p.resolved_track(),
-                "attributes": dict(sorted(p.attributes.items())), "claims": list(p.claims)}
-        instances.append(inst)
-        masks_by_id[iid] = m
-
+        instances.append({"id": iid, "category": p.phrase, "kinematics": p.kinematics, "track": p.resolved_track(),
+                          "attributes": dict(sorted(p.attributes.items())), "claims": list(p.claims)})
+        masks_by_id[iid] = final[i]
     step("geometry")
-    given, geometry, geo_source = geometry, None, "flat"
-    if given is not None:
-        g, label = given
-        geometry, geo_source = _resize_geometry(g, H, W), label
-    elif spec.depth == "model":
-        geometry, geo_source = model_geometry(image, device)
-        if geometry is None:
-            geo_source = f"flat (depth model unavailable: {geo_source})"
-    elif spec.depth:
-        geometry, geo_source = load_depth_file(spec.depth, H, W), f"file:{Path(spec.depth).name}"
-    if geometry is None:
-        geometry = flat_geometry(H, W)
-
-    if isinstance(spec.camera, dict):
-        try:
-            camera = CameraTask.model_validate(spec.camera)
-        except Exception as exc:
-            raise AnnotateError("camera", "camera", f"invalid camera task: {exc}") from exc
-    else:
-        camera = camera_preset(spec.camera, spec.camera_amount, spec.duration_s, spec.fps)
-    instruction = spec.instruction or default_instruction(camera, [i["category"] for i in instances])
-
+    geo, geo_source = case_geometry(spec, (H, W), image, device, geometry)
+    camera = case_camera(spec)
     case = {
-        "id": spec.case_id,
-        "domain": spec.domain,
-        "subcategory": spec.subcategory,
-        "image": "input.png",
-        "instruction": instruction,
+        "id": spec.case_id, "domain": spec.domain, "subcategory": spec.subcategory, "image": "input.png",
+        "instruction": spec.instruction or default_instruction(camera, [i["category"] for i in instances]),
         "camera_task": camera.model_dump(mode="json"),
         "instances": instances,
-        "annotation": {
-            "tool": "worldeval opis annotate",
+        "annotation": dict(annotation) | {
             "segmenter": spec.segmenter,
-            "phrases_from": proposed_by,
             "dedup_iou": spec.dedup_iou,
             "dropped_duplicates": [{"prompt": a, "duplicate_of_prompt": b, "iou": v} for a, b, v in dropped],
             "failed_prompts": failures,
             "geometry": geo_source,
-            "scale": round(scale, 6),
             "image_sha256": hashlib.sha256(image.tobytes()).hexdigest(),
             "prompts": [asdict(candidates[i][0]) | {"mask_source": candidates[i][2]} for i in kept],
         },
@@ -620,7 +656,7 @@ def annotate(image: np.ndarray, spec: AnnotateSpec, out_dir: str | Path, judge_c
     out_dir = Path(out_dir)
     if spec.embeddings:
         step("reference embeddings")
-        emb = reference_embeddings(image, [masks_by_id[i["id"]] for i in instances], device)
+        emb = reference_embeddings(image, [masks_by_id[i["id"]] for i in instances], device, embedder)
         if emb is not None:
             vectors, name = emb
             out_dir.mkdir(parents=True, exist_ok=True)
@@ -629,18 +665,21 @@ def annotate(image: np.ndarray, spec: AnnotateSpec, out_dir: str | Path, judge_c
                                             "order": [i["id"] for i in instances]}
     step("writing case")
     try:
-        return write_case(out_dir, case, image, masks_by_id, geometry=geometry, image_name="input.png")
+        return write_case(out_dir, case, image, masks_by_id, geometry=geo, image_name="input.png")
     except CaseError as exc:
         raise AnnotateError(exc.file, exc.field, exc.reason) from exc
 
 
-def reference_embeddings(image: np.ndarray, masks: list[np.ndarray], device: str = "cpu") -> tuple[np.ndarray, str] | None:
-    """Appearance descriptors of the instances with the evaluator's embedder (None when unavailable)."""
+def reference_embeddings(image: np.ndarray, masks: list[np.ndarray], device: str = "cpu",
+                         embedder: Any = None) -> tuple[np.ndarray, str] | None:
+    """Appearance descriptors of the instances with `embedder`, by default the evaluator's classical one
+    (None when unavailable)."""
     try:
         from worldeval.opis.case import mask_bbox
         from worldeval.opis.backends.registry import build as load_backend
 
-        embedder = load_backend("classical", device=device).embedder
+        if embedder is None:
+            embedder = load_backend("classical", device=device).embedder
         boxes = [tuple(mask_bbox(m)) for m in masks]
         return np.asarray(embedder.embed(image, masks, boxes), dtype=np.float32), embedder.name
     except Exception:

@@ -13,7 +13,8 @@ def register(app: typer.Typer) -> None:
 
     @app.command("validate")
     def validate_cmd(
-        dataset: Path = typer.Option(..., "--dataset", help="OPIS dataset folder (cases per SPEC section 2)."),
+        dataset: Path = typer.Option(None, "--dataset", help="OPIS dataset folder (cases per SPEC section 2)."),
+        clips: list[Path] = typer.Option([], "--clip", help="A real clip folder (frames/*.jpg + per-frame masks/*.png, DAVIS layout); repeatable. Checked with interventions inside its ground-truth masks."),
         out: Path = typer.Option(Path("validate_out"), "--out", help="Output folder: rollouts, run folder, validate.json."),
         backend: str = typer.Option("classical", "--backend", help="Perception backend: classical | hf."),
         device: str = typer.Option("cpu", "--device", help="cpu | cuda"),
@@ -21,8 +22,9 @@ def register(app: typer.Typer) -> None:
         executor: str = typer.Option("local", "--executor", help="local | ray"),
         seconds: float = typer.Option(5.0, "--seconds", help="Length of each synthetic rollout."),
         fps: float = typer.Option(24.0, "--fps", help="Frame rate of the synthetic rollouts."),
-        yaw: float = typer.Option(12.0, "--yaw", help="Peak camera turn to the right, degrees."),
-        pitch: float = typer.Option(3.0, "--pitch", help="Peak camera turn upwards, degrees."),
+        camera: str = typer.Option("cycle", "--camera", help="Camera path of the synthetic rollouts: pan | tilt | zoom | cycle (cases take pan, tilt, zoom in turn) | custom (--yaw/--pitch)."),
+        yaw: float = typer.Option(12.0, "--yaw", help="With --camera custom: peak camera turn to the right, degrees."),
+        pitch: float = typer.Option(3.0, "--pitch", help="With --camera custom: peak camera turn upwards, degrees."),
         target_policy: str = typer.Option("sized", "--target-policy", help="How the edited object is picked: sized | largest | colourful."),
         force: bool = typer.Option(False, "--force", help="Render the rollouts again and re-evaluate them all (use after changing the evaluator: its resume only tracks settings)."),
         as_json: bool = typer.Option(False, "--json", help="Print the result JSON instead of the table."),
@@ -32,17 +34,25 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
 
         from worldeval.opis.case import CaseError
-        from worldeval.opis.synth import PanTrajectory, SynthConfig
+        from worldeval.opis.synth import CAMERA_PATHS, PanTrajectory, SynthConfig, camera_path
         from worldeval.opis.validate import ValidateConfig, render_table, run_validate
 
+        if dataset is None and not clips:
+            raise typer.BadParameter("give --dataset and/or --clip", param_hint="--dataset")
+        if camera not in (*CAMERA_PATHS, "cycle", "custom"):
+            raise typer.BadParameter(f"choose {', '.join(CAMERA_PATHS)}, cycle or custom", param_hint="--camera")
         if target_policy not in ("sized", "largest", "colourful"):
             raise typer.BadParameter("choose sized, largest or colourful", param_hint="--target-policy")
         if seconds <= 1.0 or fps <= 0:
             raise typer.BadParameter("rollouts must be longer than 1 s (the first second is never sampled)", param_hint="--seconds")
+        traj = PanTrajectory(yaw_deg=yaw, pitch_deg=pitch, duration_s=seconds, fps=fps)
+        if camera in CAMERA_PATHS:
+            traj = camera_path(camera, traj)
         cfg = ValidateConfig(
             synth=SynthConfig(
-                trajectory=PanTrajectory(yaw_deg=yaw, pitch_deg=pitch, duration_s=seconds, fps=fps),
+                trajectory=traj,
                 target_policy=target_policy,
+                camera_cycle=tuple(CAMERA_PATHS) if camera == "cycle" else (),
             ),
             backend=backend,
             device=device,
@@ -51,17 +61,31 @@ def register(app: typer.Typer) -> None:
             force=force,
         )
         err = Console(stderr=True)
+        log = lambda m: err.print(m, markup=False, highlight=False)  # noqa: E731
+        result, clip_result = None, None
         try:
-            result = run_validate(dataset, out, cfg, log=lambda m: err.print(m, markup=False, highlight=False))
+            if dataset is not None:
+                result = run_validate(dataset, out, cfg, log=log)
+            if clips:
+                from worldeval.opis.validate_real import run_validate_clips
+
+                clip_result = run_validate_clips(clips, out / "clips", backend=backend, workers=workers, force=force, log=log)
         except CaseError as exc:
             err.print(f"error: {exc}", markup=False)
             raise typer.Exit(2)
         if as_json:
-            typer.echo(json.dumps(result, indent=2, default=str))
+            typer.echo(json.dumps(result if clip_result is None else {"photos": result, "clips": clip_result}, indent=2, default=str))
         else:
-            Console(width=220).print(render_table(result))
-            typer.echo(f"details: {out / 'validate.json'}")
-        if strict and not result["all_ok"]:
+            if result is not None:
+                Console(width=220).print(render_table(result))
+                typer.echo(f"details: {out / 'validate.json'}")
+            if clip_result is not None:
+                from worldeval.opis.validate_real import render_clip_table
+
+                Console(width=220).print(render_clip_table(clip_result))
+                typer.echo(f"details: {out / 'clips' / 'validate_clips.json'}")
+        ok = all(r is None or all(v["ok"] for v in r["pass_rates"].values()) for r in (result, clip_result))
+        if strict and not ok:
             raise typer.Exit(1)
 
     @app.command("build-coco")

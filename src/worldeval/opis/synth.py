@@ -16,7 +16,20 @@ forgot or changed the object would also do so consistently):
                 box; the background it vacates is inpainted;
 - `duplicated` a copy of the target is pasted where no annotated instance is,
                 inside the part of I0 that stays in view during the whole pan;
-- `other_scene` another case's image under the same camera.
+- `other_scene` another case's image under the same camera;
+- `moved`      the target is shifted by ~0.6 of its size to a free place nearby
+                (a nudge the association's geometric gate still admits); its
+                old place is inpainted;
+- `resized`    the target is shrunk uniformly to 70% about the bottom centre of
+                its box (where it rests); the vacated background is inpainted;
+- `pasted`     an object cut from ANOTHER case's photo (not a copy of an
+                inventory object) is pasted on clear background seen in I0.
+
+The camera path is a preset (`CAMERA_PATHS`): `pan` (turn right and a little
+up), `tilt` (turn up while rolling about the optical axis) or `zoom` (focal
+length up by a third with a slight turn). Rotation and focal-length change
+both move every pixel by one homography `K_t R_t K^-1`, so all three are exact
+for any photo.
 
 Where the turned camera looks past the edge of I0 there is no content; that
 border is filled with a strongly blurred, greyed smear of the nearest edge
@@ -37,8 +50,8 @@ from worldeval.media import sample_frame_indices, write_video
 from worldeval.opis.case import Case, rotation_from_angles
 
 # Bump when a change alters the rendered clips or the target choice, so resumed runs re-render.
-SYNTH_VERSION = 3
-INTERVENTIONS = ("faithful", "removed", "recoloured", "squeezed", "duplicated", "other_scene")
+SYNTH_VERSION = 4
+INTERVENTIONS = ("faithful", "removed", "recoloured", "squeezed", "duplicated", "other_scene", "moved", "resized", "pasted")
 # share of a mask's pixels that must project inside the frame for it to count as in view
 IN_VIEW_SHARE = 0.75
 
@@ -49,8 +62,10 @@ class SynthError(Exception):
 
 @dataclass
 class PanTrajectory:
-    """Pan-and-return: yaw/pitch follow a raised cosine 0 -> peak -> 0 over `duration_s`.
+    """Move-and-return: yaw, pitch, roll and zoom follow a raised cosine 0 -> peak -> 0 over `duration_s`.
 
+    `zoom` is the peak focal-length factor (1 = none): a zoom scales K about the
+    principal point, so with the rotation the frame is still one homography of I0.
     The clip has `round(duration_s * fps) + 1` frames so its last frame is
     exactly the start pose (identity homography).
     """
@@ -59,6 +74,8 @@ class PanTrajectory:
     pitch_deg: float = 3.0
     duration_s: float = 5.0
     fps: float = 24.0
+    roll_deg: float = 0.0
+    zoom: float = 1.0
 
     @property
     def num_frames(self) -> int:
@@ -70,15 +87,35 @@ class PanTrajectory:
 
     def rotation(self, frame: int) -> np.ndarray:
         s = self.profile(frame)
-        return rotation_from_angles(self.yaw_deg * s, self.pitch_deg * s, 0.0)
+        return rotation_from_angles(self.yaw_deg * s, self.pitch_deg * s, self.roll_deg * s)
 
     def homography(self, frame: int, K: np.ndarray) -> np.ndarray:
         """Maps I0 pixels (x, y, 1) to the pixels of frame `frame`."""
-        H = K @ self.rotation(frame) @ np.linalg.inv(K)
+        z = 1.0 + (self.zoom - 1.0) * self.profile(frame)
+        Kt = K.astype(np.float64).copy()
+        Kt[0, 0] *= z
+        Kt[1, 1] *= z
+        H = Kt @ self.rotation(frame) @ np.linalg.inv(K)
         return H / H[2, 2]
 
     def sampled(self, stride: int = 8, skip_seconds: float = 1.0) -> list[int]:
         return sample_frame_indices(self.num_frames, self.fps, stride, skip_seconds)
+
+
+# Camera path presets (peaks; the clip length and frame rate come from the configured trajectory).
+CAMERA_PATHS: dict[str, dict[str, float]] = {
+    "pan": {"yaw_deg": 12.0, "pitch_deg": 3.0, "roll_deg": 0.0, "zoom": 1.0},
+    "tilt": {"yaw_deg": 0.0, "pitch_deg": 9.0, "roll_deg": 6.0, "zoom": 1.0},
+    "zoom": {"yaw_deg": 4.0, "pitch_deg": 0.0, "roll_deg": 0.0, "zoom": 1.33},
+}
+
+
+def camera_path(name: str, base: PanTrajectory | None = None) -> PanTrajectory:
+    """The preset `name` with the clip length and frame rate of `base`."""
+    if name not in CAMERA_PATHS:
+        raise ValueError(f"unknown camera path {name!r} (choose {', '.join(CAMERA_PATHS)})")
+    base = base or PanTrajectory()
+    return PanTrajectory(duration_s=base.duration_s, fps=base.fps, **CAMERA_PATHS[name])
 
 
 @dataclass
@@ -97,6 +134,11 @@ class SynthConfig:
     max_support_cover: float = 0.25
     border_grey: float = 0.5  # how much of the out-of-I0 fill is neutral grey
     target_policy: str = "sized"  # sized | largest | colourful (how eligible targets are ranked)
+    move_shift: float = 0.6  # `moved`: shift as a share of the target's larger box side
+    resize_scale: float = 0.7  # `resized`: uniform scale about the bottom centre of the box
+    paste_area: float = 0.04  # `pasted`: area of the pasted object as a share of the image
+    # Cases take the camera paths in turn (case k: paths[k % len]); empty: every case uses `trajectory`.
+    camera_cycle: tuple[str, ...] = ()
 
 
 # ---------------------------------------------------------------- geometry
@@ -197,6 +239,18 @@ def recolour_object(image: np.ndarray, target: np.ndarray, hue_turn_deg: float, 
     return res, {"hue_turn_deg": hue_turn_deg, "tinted": tinted, "median_saturation": float(np.median(s))}
 
 
+def warp_object(image: np.ndarray, target: np.ndarray, others: np.ndarray, A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The target moved by the 2x3 affine A over its inpainted background; an occluder in front stays in front."""
+    H, W = target.shape
+    background = inpaint_region(image, target, keep=others & ~target)
+    obj = cv2.warpAffine(image, A, (W, H), flags=cv2.INTER_LINEAR)
+    m = cv2.warpAffine(target.astype(np.uint8) * 255, A, (W, H), flags=cv2.INTER_LINEAR) > 127
+    m &= ~(others & ~target)
+    out = background.copy()
+    out[m] = obj[m]
+    return out, m
+
+
 def squeeze_object(
     image: np.ndarray, target: np.ndarray, others: np.ndarray, squeeze_x: float, max_shear: float
 ) -> tuple[np.ndarray, np.ndarray, dict]:
@@ -206,15 +260,44 @@ def squeeze_object(
     # Shear bounded so the squeezed, sheared object still fits the original box width.
     shear = float(min(max_shear, (1 - squeeze_x) * w / max(h, 1)))
     A = np.array([[squeeze_x, shear, cx - squeeze_x * cx - shear * cy], [0.0, 1.0, 0.0]], np.float64)
-    H, W = target.shape
-    background = inpaint_region(image, target, keep=others & ~target)
-    obj = cv2.warpAffine(image, A, (W, H), flags=cv2.INTER_LINEAR)
-    m = cv2.warpAffine(target.astype(np.uint8) * 255, A, (W, H), flags=cv2.INTER_LINEAR) > 127
-    # An occluder in front of the target stays in front.
-    m &= ~(others & ~target)
-    out = background.copy()
-    out[m] = obj[m]
+    out, m = warp_object(image, target, others, A)
     return out, m, {"squeeze_x": squeeze_x, "shear": shear, "affine": A.tolist()}
+
+
+def resize_object(image: np.ndarray, target: np.ndarray, others: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray, dict]:
+    """Scale the target uniformly about the bottom centre of its box (the point it rests on)."""
+    x, y, w, h = _box(target)
+    cx, by = x + (w - 1) / 2, y + h - 1
+    A = np.array([[scale, 0.0, cx - scale * cx], [0.0, scale, by - scale * by]], np.float64)
+    out, m = warp_object(image, target, others, A)
+    return out, m, {"scale": scale, "affine": A.tolist()}
+
+
+def find_move_spot(target: np.ndarray, occupied: np.ndarray, allowed: np.ndarray, shift: float) -> dict | None:
+    """Where the target goes when nudged: a free place (no pixel on `occupied`, all in `allowed`) whose
+    displacement is at least 0.4 x its larger box side and closest to `shift` x that side, vertical
+    displacement counting double (an object slid along its support is the usual mistake, not one lifted)."""
+    x, y, w, h = _box(target)
+    crop = target[y : y + h, x : x + w]
+    bad = (~allowed | occupied).astype(np.float32)
+    overlap = cv2.matchTemplate(bad, crop.astype(np.float32), cv2.TM_CCORR)
+    ys, xs = np.nonzero(overlap < 0.5)
+    side = max(w, h)
+    d = np.hypot(xs - x, ys - y)
+    keep = d >= 0.4 * side
+    if not keep.any():
+        return None
+    xs, ys, d = xs[keep], ys[keep], d[keep]
+    order = np.lexsort((xs, ys, np.abs(d - shift * side) + np.abs(ys - y)))
+    x0, y0 = int(xs[order[0]]), int(ys[order[0]])
+    m = np.zeros_like(target)
+    m[y0 : y0 + h, x0 : x0 + w] = crop
+    return {"dx": x0 - x, "dy": y0 - y, "mask": m}
+
+
+def move_object(image: np.ndarray, target: np.ndarray, others: np.ndarray, spot: dict) -> np.ndarray:
+    A = np.array([[1.0, 0.0, spot["dx"]], [0.0, 1.0, spot["dy"]]], np.float64)
+    return warp_object(image, target, others, A)[0]
 
 
 def find_free_spot(
@@ -253,7 +336,12 @@ def find_free_spot(
 
 def duplicate_object(image: np.ndarray, target: np.ndarray, spot: dict) -> np.ndarray:
     x, y, w, h = _box(target)
-    patch = cv2.resize(image[y : y + h, x : x + w], (spot["w"], spot["h"]), interpolation=cv2.INTER_AREA)
+    return paste_patch(image, image[y : y + h, x : x + w], spot)
+
+
+def paste_patch(image: np.ndarray, patch: np.ndarray, spot: dict) -> np.ndarray:
+    """`patch` resized to the spot's box and drawn where the spot's mask is."""
+    patch = cv2.resize(patch, (spot["w"], spot["h"]), interpolation=cv2.INTER_AREA)
     out = image.copy()
     region = out[spot["y0"] : spot["y0"] + spot["h"], spot["x0"] : spot["x0"] + spot["w"]]
     m = spot["mask"][spot["y0"] : spot["y0"] + spot["h"], spot["x0"] : spot["x0"] + spot["w"]]
@@ -293,35 +381,41 @@ def _contained(case: Case, target_id: str) -> list[str]:
 
 
 def _duplicate_spot(case: Case, target_id: str, seen: np.ndarray, cfg: SynthConfig) -> dict | None:
-    """A place for the target's copy: clear background first, else on a large supporting surface."""
+    """A place for the target's copy, keeping clear of the original by 15% of its size, so it reads
+    as a second object and not as a continuation of the first."""
     target = case.masks[target_id]
-    total = target.size
-    static = {i.id for i in case.instances if i.track == "static"}
-    supports = {
-        iid: m
-        for iid, m in case.masks.items()
-        if iid != target_id and iid in static and m.sum() / total >= cfg.support_area
-    }
-    # The copy keeps clear of the original by 15% of its size, so it reads as a second object
-    # and not as a continuation of the first.
     x, y, w, h = _box(target)
     pad = int(round(0.15 * max(w, h)))
     near = np.zeros(case.shape, bool)
     near[max(0, y - pad) : y + h + pad, max(0, x - pad) : x + w + pad] = True
+    return _free_spot(case, target, seen, cfg, near | _dilate(target, 6), exclude=target_id)
+
+
+def _free_spot(case: Case, shape: np.ndarray, seen: np.ndarray, cfg: SynthConfig, near: np.ndarray,
+               exclude: str | None = None) -> dict | None:
+    """Where an object of mask `shape` fits in content seen all along: clear background first, else on a
+    large static supporting surface (table, couch) covering at most `max_support_cover` of it."""
+    total = shape.size
+    static = {i.id for i in case.instances if i.track == "static"}
+    supports = {
+        iid: m
+        for iid, m in case.masks.items()
+        if iid != exclude and iid in static and m.sum() / total >= cfg.support_area
+    }
     strict = near.copy()
     for m in case.masks.values():
         strict |= _dilate(m, 6)
-    spot = find_free_spot(target, strict, seen)
+    spot = find_free_spot(shape, strict, seen)
     if spot is not None:
         spot["on_support"] = None
         return spot
     if not supports:
         return None
-    loose = near | _dilate(target, 6)
+    loose = near.copy()
     for iid, m in case.masks.items():
         if iid not in supports:
             loose |= _dilate(m, 6)
-    spot = find_free_spot(target, loose, seen)
+    spot = find_free_spot(shape, loose, seen)
     if spot is None:
         return None
     cover = {iid: float((spot["mask"] & m).sum() / m.sum()) for iid, m in supports.items()}
@@ -329,6 +423,32 @@ def _duplicate_spot(case: Case, target_id: str, seen: np.ndarray, cfg: SynthConf
         return None
     spot["on_support"] = max(cover, key=cover.get)
     return spot
+
+
+def paste_source(other: Case, case: Case, cfg: SynthConfig) -> dict | None:
+    """The object of another photo to paste: a compact instance (fill >= `min_fill`, >= 0.5% of its image),
+    preferably of a category this case's inventory lacks, scaled to `paste_area` of this image."""
+    names = {i.category for i in case.instances}
+    best = None
+    for inst in other.instances:
+        m = other.masks[inst.id]
+        x, y, w, h = _box(m)
+        if m.mean() < 0.005 or m.sum() / (w * h) < max(cfg.min_fill, 0.3):
+            continue
+        key = (inst.category in names, abs(math.log(m.mean() / cfg.paste_area)), inst.id)
+        if best is None or key < best[0]:
+            best = (key, inst, m, (x, y, w, h))
+    if best is None:
+        return None
+    _, inst, m, (x, y, w, h) = best
+    H, W = case.shape
+    s = min(1.5, math.sqrt(cfg.paste_area * H * W / m.sum()))
+    cw, ch = min(W - 2, max(4, int(round(w * s)))), min(H - 2, max(4, int(round(h * s))))
+    canvas = np.zeros((H, W), bool)
+    canvas[:ch, :cw] = cv2.resize(m[y : y + h, x : x + w].astype(np.uint8), (cw, ch), interpolation=cv2.INTER_NEAREST) > 0
+    patch = cv2.resize(other.image[y : y + h, x : x + w], (cw, ch), interpolation=cv2.INTER_AREA)
+    return {"patch": patch, "shape": canvas, "from_case": other.id, "instance_id": inst.id, "category": inst.category,
+            "scale": s}
 
 
 def choose_target(case: Case, cfg: SynthConfig) -> dict:
@@ -397,18 +517,86 @@ def choose_target(case: Case, cfg: SynthConfig) -> dict:
 # ---------------------------------------------------------------- one case
 
 
-def ground_truth(case: Case, traj: PanTrajectory, target_mask: np.ndarray | None, dup_mask: np.ndarray | None) -> dict:
+def ground_truth(case: Case, traj: PanTrajectory, target_mask: np.ndarray | None, dup_mask: np.ndarray | None,
+                 placed: dict[str, np.ndarray] | None = None) -> dict:
     """What is true of every frame of the clip: the camera homography and what share of the target
-    (and of its copy) lies inside the frame. Frame k of every intervention shares these."""
+    (and of its copy) lies inside the frame. Frame k of every intervention shares these; an
+    intervention that puts an object somewhere else (`moved`, `resized`, `pasted`) adds
+    `<name>_in_view_share` for the object where it put it."""
     K = case.intrinsics()
-    gt: dict[str, Any] = {"homography": [], "target_in_view_share": [], "duplicate_in_view_share": []}
+    masks = {"target": target_mask, "duplicate": dup_mask, **(placed or {})}
+    gt: dict[str, Any] = {"homography": [], **{f"{k}_in_view_share": [] for k in masks}}
     for f in range(traj.num_frames):
         H = traj.homography(f, K)
         gt["homography"].append(np.round(H, 8).tolist())
-        gt["target_in_view_share"].append(None if target_mask is None else round(in_view_share(target_mask, H), 4))
-        gt["duplicate_in_view_share"].append(None if dup_mask is None else round(in_view_share(dup_mask, H), 4))
+        for k, m in masks.items():
+            gt[f"{k}_in_view_share"].append(None if m is None else round(in_view_share(m, H), 4))
     gt["in_view_share_threshold"] = IN_VIEW_SHARE
     return gt
+
+
+def trajectory_for(cfg: SynthConfig, index: int) -> tuple[PanTrajectory, str | None]:
+    """The camera of the `index`-th case: the configured trajectory, or the next preset of `camera_cycle`."""
+    if not cfg.camera_cycle:
+        return cfg.trajectory, None
+    name = cfg.camera_cycle[index % len(cfg.camera_cycle)]
+    return camera_path(name, cfg.trajectory), name
+
+
+def _edit(name: str, case: Case, ctx: dict, cfg: SynthConfig) -> tuple[np.ndarray, dict, np.ndarray | None]:
+    """(edited I0, parameters, mask of the object where the edit put it or None) for one target edit."""
+    tmask, others, image = ctx["tmask"], ctx["others"], case.image
+    if name == "removed":
+        return remove_object(image, tmask, others), {}, None
+    if name == "recoloured":
+        img, params = recolour_object(image, tmask, cfg.hue_turn_deg, cfg.min_saturation)
+        return img, params, None
+    if name == "squeezed":
+        img, m, params = squeeze_object(image, tmask, others, cfg.squeeze_x, cfg.max_shear)
+        params["squeezed_area_share"] = float(m.sum() / tmask.sum())
+        return img, params, None
+    if name == "duplicated":
+        spot = ctx["spot"]
+        params = {k: spot[k] for k in ("scale", "x0", "y0", "w", "h", "on_support")}
+        return duplicate_object(image, tmask, spot), {**params, "bbox": list(_box(spot["mask"]))}, None
+    if name == "resized":
+        img, m, params = resize_object(image, tmask, others, cfg.resize_scale)
+        return img, {**params, "bbox": list(_box(m))}, m
+    if name == "moved":
+        spot = _move_spot(case, ctx, cfg)
+        if spot is None:
+            raise SynthError("no free place to move the target to")
+        return move_object(image, tmask, others, spot), {"dx": spot["dx"], "dy": spot["dy"], "bbox": list(_box(spot["mask"]))}, spot["mask"]
+    raise ValueError(f"unknown intervention {name!r}")
+
+
+def _move_spot(case: Case, ctx: dict, cfg: SynthConfig) -> dict | None:
+    """Clear of every other instance first; else the target may slide over a large static support
+    (the couch or table it lies on), never over another object."""
+    static = {i.id for i in case.instances if i.track == "static"}
+    others = {iid: m for iid, m in case.masks.items() if iid != ctx["target_id"]}
+    supports = {iid for iid, m in others.items() if iid in static and m.mean() >= cfg.support_area}
+    for skip in (set(), supports):
+        occupied = np.zeros(case.shape, bool)
+        for iid, m in others.items():
+            if iid not in skip:
+                occupied |= _dilate(m, 6)
+        spot = find_move_spot(ctx["tmask"], occupied, ctx["seen"], cfg.move_shift)
+        if spot is not None:
+            return spot
+    return None
+
+
+def _paste(case: Case, other: Case | None, ctx: dict, cfg: SynthConfig) -> tuple[np.ndarray, dict, np.ndarray]:
+    src = paste_source(other, case, cfg) if other is not None else None
+    if src is None:
+        raise SynthError("no other case with a compact object to paste" if other is not None else "no other case in the dataset")
+    spot = _free_spot(case, src["shape"], ctx["seen"], cfg, np.zeros(case.shape, bool))
+    if spot is None:
+        raise SynthError("no free place for the pasted object")
+    params = {k: src[k] for k in ("from_case", "instance_id", "category", "scale")}
+    params.update({k: spot[k] for k in ("x0", "y0", "w", "h", "on_support")}, bbox=list(_box(spot["mask"])))
+    return paste_patch(case.image, src["patch"], spot), params, spot["mask"]
 
 
 def synthesize_case(
@@ -417,27 +605,24 @@ def synthesize_case(
     other: Case | None = None,
     cfg: SynthConfig | None = None,
     interventions: tuple[str, ...] = INTERVENTIONS,
+    index: int = 0,
 ) -> dict:
     """Write `out_dir/<intervention>/<case_id>.mp4` for each intervention; return the ground-truth record.
 
     The record names the target, each intervention's parameters and, per frame,
     the true camera homography and what share of the target (and of its copy) is in view.
     An intervention that cannot be built is recorded under "skipped" with the reason.
+    `index` (the case's position in its dataset) picks its camera path when `cfg.camera_cycle` is set.
     """
     cfg = cfg or SynthConfig()
-    traj = cfg.trajectory
+    traj, path_name = trajectory_for(cfg, index)
+    cfg = SynthConfig(**{**cfg.__dict__, "trajectory": traj})
     out_dir = Path(out_dir)
     K = case.intrinsics()
     record: dict[str, Any] = {
-        "case_id": case.id,
-        "trajectory": asdict(traj),
-        "num_frames": traj.num_frames,
-        "fps": traj.fps,
-        "K": K.tolist(),
-        "border_fill": "blurred edge smear mixed with neutral grey",
-        "videos": {},
-        "interventions": {},
-        "skipped": {},
+        "case_id": case.id, "camera_path": path_name, "trajectory": asdict(traj), "num_frames": traj.num_frames,
+        "fps": traj.fps, "K": K.tolist(), "border_fill": "blurred edge smear mixed with neutral grey",
+        "videos": {}, "interventions": {}, "skipped": {},
     }
     try:
         target = choose_target(case, cfg)
@@ -445,47 +630,41 @@ def synthesize_case(
         target = None
         record["target"] = None
         record["target_error"] = str(exc)
-    tmask = case.masks[target["instance_id"]] if target else None
-    others = np.zeros(case.shape, bool)
+    ctx = {"tmask": case.masks[target["instance_id"]] if target else None, "target_id": target and target["instance_id"],
+           "others": np.zeros(case.shape, bool), "seen": always_seen(case.shape, K, traj, traj.sampled())}
     for iid, m in case.masks.items():
         if target is None or iid != target["instance_id"]:
-            others |= m
+            ctx["others"] |= m
     if target:
-        spot = target.pop("spot")
+        ctx["spot"] = target.pop("spot")
         record["target"] = target
     images: dict[str, np.ndarray] = {}
+    placed: dict[str, np.ndarray] = {}
     for name in interventions:
-        if name == "faithful":
-            images[name], params = case.image, {}
-        elif name == "other_scene":
-            if other is None:
-                record["skipped"][name] = "no other case in the dataset"
-                continue
-            images[name], params = other_scene_image(other.image, case.shape), {"other_case": other.id}
-        elif target is None:
-            record["skipped"][name] = record["target_error"]
+        try:
+            if name == "faithful":
+                img, params, where = case.image, {}, None
+            elif name == "other_scene":
+                if other is None:
+                    raise SynthError("no other case in the dataset")
+                img, params, where = other_scene_image(other.image, case.shape), {"other_case": other.id}, None
+            elif name == "pasted":
+                img, params, where = _paste(case, other, ctx, cfg)
+            elif target is None:
+                raise SynthError(record["target_error"])
+            else:
+                img, params, where = _edit(name, case, ctx, cfg)
+        except SynthError as exc:
+            record["skipped"][name] = str(exc)
             continue
-        elif name == "removed":
-            images[name], params = remove_object(case.image, tmask, others), {}
-        elif name == "recoloured":
-            images[name], params = recolour_object(case.image, tmask, cfg.hue_turn_deg, cfg.min_saturation)
-        elif name == "squeezed":
-            img, m, params = squeeze_object(case.image, tmask, others, cfg.squeeze_x, cfg.max_shear)
-            images[name] = img
-            params["squeezed_area_share"] = float(m.sum() / tmask.sum())
-        elif name == "duplicated":
-            images[name] = duplicate_object(case.image, tmask, spot)
-            params = {k: spot[k] for k in ("scale", "x0", "y0", "w", "h", "on_support")}
-            params["bbox"] = list(_box(spot["mask"]))
-        else:
-            raise ValueError(f"unknown intervention {name!r}")
+        images[name] = img
+        if where is not None:
+            placed[name] = where
         video = out_dir / name / f"{case.id}.mp4"
-        write_video(video, render_rollout(images[name], K, traj, cfg), traj.fps)
+        write_video(video, render_rollout(img, K, traj, cfg), traj.fps)
         record["videos"][name] = str(video)
         record["interventions"][name] = params
-    dup = None
-    if target is not None and "duplicated" in record["interventions"]:
-        dup = spot["mask"]
-    record["ground_truth"] = ground_truth(case, traj, tmask, dup)
+    dup = ctx["spot"]["mask"] if target is not None and "duplicated" in record["interventions"] else None
+    record["ground_truth"] = ground_truth(case, traj, ctx["tmask"], dup, placed)
     record["_images"] = images  # in-memory only (tests, previews); dropped before writing JSON
     return record

@@ -1,9 +1,9 @@
 """`opis validate`: a metamorphic self-check of the evaluator on a dataset's own images.
 
-For every case, `synth` renders a faithful rollout (a pure camera rotation of
-I0, which any correct evaluator must accept) and rollouts in which one static
-target object was removed, recoloured, squeezed or duplicated, plus one that
-shows a different scene. The evaluator runs on all of them exactly as on a
+For every case, `synth` renders a faithful rollout (a camera rotation and zoom
+of I0, which any correct evaluator must accept) and rollouts in which one static
+target object was removed, recoloured, squeezed, duplicated, moved or resized,
+one with an object pasted from another photo, and one that shows a different scene. The evaluator runs on all of them exactly as on a
 real model (`run_eval`, same archive), and this module checks that its OWN
 measurements of the target moved the way each edit implies, compared with the
 faithful rollout of the same case. Whether the target is in view in a frame is
@@ -28,7 +28,9 @@ from worldeval.opis.case import CaseError, iter_case_dirs, load_case
 from worldeval.opis.synth import INTERVENTIONS, SYNTH_VERSION, SynthConfig, synthesize_case
 from worldeval.runs import atomic_write_json
 
-CHECKS = ("faithful", "removed", "recoloured", "squeezed", "duplicated", "other_scene")
+CHECKS = INTERVENTIONS
+# The checks of issue 3 (the pan camera); issue 10 added moved, resized, pasted and the camera paths.
+ISSUE3_CHECKS = ("faithful", "removed", "recoloured", "squeezed", "duplicated", "other_scene")
 
 
 @dataclass
@@ -44,6 +46,9 @@ class Thresholds:
     duplicated_extra_frames: float = 0.5  # more than this share of frames (copy in view) hold an extra row
     duplicated_p_drop: float = 25.0
     other_scene_opis_drop: float = 25.0
+    moved_structure_drop: float = 0.10  # a moved static object: mean structure lower by at least this
+    resized_structure_drop: float = 0.10
+    pasted_extra_frames: float = 0.5  # more than this share of frames (pasted object in view) hold an extra row
     required_pass_rate: float = 0.90  # share of cases that must pass each check
 
 
@@ -56,9 +61,10 @@ class ValidateConfig:
     workers: int = 1
     executor: str = "local"
     force: bool = False
+    checks: tuple[str, ...] = CHECKS  # which interventions are rendered and checked
 
     def synth_hash(self) -> str:
-        key = {"version": SYNTH_VERSION, "synth": asdict(self.synth)}
+        key = {"version": SYNTH_VERSION, "synth": asdict(self.synth), "checks": list(self.checks)}
         return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -109,14 +115,14 @@ def synthesize_dataset(
         other = cases[(k + 1) % len(cases)] if len(cases) > 1 else None
         t0 = time.perf_counter()
         _forget_case(out / "runs", case.id)
-        rec = synthesize_case(case, out / "rollouts", other=other, cfg=cfg.synth)
+        rec = synthesize_case(case, out / "rollouts", other=other, cfg=cfg.synth, interventions=cfg.checks, index=k)
         rec.pop("_images", None)
         rec["synth_hash"] = h
         rec["synth_seconds"] = round(time.perf_counter() - t0, 2)
         atomic_write_json(rec_path, rec)
         records[case.id] = rec
         tgt = rec.get("target") or {}
-        log(f"synth {case.id}: target {tgt.get('instance_id')} ({tgt.get('category')}), "
+        log(f"synth {case.id} ({rec.get('camera_path') or 'configured camera'}): target {tgt.get('instance_id')} ({tgt.get('category')}), "
             f"{len(rec['videos'])} rollouts, {rec['synth_seconds']:.1f}s"
             + (f", skipped {sorted(rec['skipped'])}" if rec["skipped"] else ""))
     return records, errors
@@ -130,27 +136,33 @@ def _mean(values) -> float | None:
     return float(np.mean(v)) if v else None
 
 
-def target_measurements(rows: pd.DataFrame, rec: dict, target_id: str | None) -> dict:
-    """The evaluator's measurements of the target (and extras) in one rollout, next to the ground truth."""
+def _in_view(gt: dict, key: str, frames: list[int]) -> list[int]:
+    share, thr = gt.get(f"{key}_in_view_share") or [], gt["in_view_share_threshold"]
+    return [f for f in frames if f < len(share) and share[f] is not None and share[f] >= thr]
+
+
+def target_measurements(rows: pd.DataFrame, rec: dict, target_id: str | None, intervention: str | None = None) -> dict:
+    """The evaluator's measurements of the target (and extras) in one rollout, next to the ground truth.
+
+    For `moved` and `resized` the target is in view where the edit put it; for `pasted` the extras
+    are counted where the pasted object is in view."""
     gt = rec["ground_truth"]
-    thr = gt["in_view_share_threshold"]
     frames = sorted(int(f) for f in rows["frame"].unique())
     out: dict[str, Any] = {"sampled_frames": len(frames)}
     extras = rows[rows["extra"].astype(bool)]
     per_frame_extra = extras.groupby("frame").size().to_dict() if len(extras) else {}
     out["extra_rows"] = int(len(extras))
     out["frames_with_extra"] = int(sum(1 for f in frames if per_frame_extra.get(f, 0) > 0))
-    dup_share = gt.get("duplicate_in_view_share") or []
-    dup_frames = [f for f in frames if f < len(dup_share) and dup_share[f] is not None and dup_share[f] >= thr]
-    out["duplicate_in_view_frames"] = len(dup_frames)
-    out["extra_share_where_copy_in_view"] = (
-        sum(1 for f in dup_frames if per_frame_extra.get(f, 0) > 0) / len(dup_frames) if dup_frames else None
-    )
+    for key, label in (("duplicate", "copy"), ("pasted", "pasted")):
+        if key == "pasted" and intervention != "pasted":
+            continue
+        fr = _in_view(gt, key, frames)
+        out[f"{key}_in_view_frames"] = len(fr)
+        out[f"extra_share_where_{label}_in_view"] = sum(1 for f in fr if per_frame_extra.get(f, 0) > 0) / len(fr) if fr else None
     if target_id is None:
         return out
     t = rows[rows["instance_id"] == target_id].set_index("frame")
-    share = gt["target_in_view_share"]
-    in_view = [f for f in frames if f < len(share) and share[f] is not None and share[f] >= thr]
+    in_view = _in_view(gt, intervention if intervention in ("moved", "resized") else "target", frames)
     matched = [f for f in in_view if f in t.index and bool(t.at[f, "matched"])]
     out["target_in_view_frames"] = len(in_view)
     out["target_matched_in_view"] = len(matched)
@@ -195,11 +207,19 @@ def judge(name: str, m: dict, base: dict | None, sc: dict, base_sc: dict | None,
         if m.get("target_appearance") is None:
             return False, "recoloured target never matched: no appearance measured"
         return d is not None and d >= th.recoloured_appearance_drop, f"appearance drop {_fmt(d, 3)} (>= {th.recoloured_appearance_drop:g})"
-    if name == "squeezed":
+    if name in ("squeezed", "moved", "resized"):
+        need = {"squeezed": th.squeezed_structure_drop, "moved": th.moved_structure_drop, "resized": th.resized_structure_drop}[name]
         d = drop(base.get("target_structure"), m.get("target_structure"))
         if m.get("target_structure") is None:
-            return False, "no structure measured on the squeezed target"
-        return d is not None and d >= th.squeezed_structure_drop, f"structure drop {_fmt(d, 3)} (>= {th.squeezed_structure_drop:g})"
+            return False, f"no structure measured on the {name} target"
+        why = f"structure drop {_fmt(d, 3)} (>= {need:g})"
+        if name != "squeezed":
+            why += f", matched in {_fmt_pct(m.get('target_matched_share'))} of in-view frames"
+        return d is not None and d >= need, why
+    if name == "pasted":
+        es = m.get("extra_share_where_pasted_in_view")
+        ok = es is not None and es > th.pasted_extra_frames
+        return ok, f"extra rows in {_fmt_pct(es)} of frames with the pasted object in view (> {th.pasted_extra_frames:.0%})"
     if name == "duplicated":
         es = m.get("extra_share_where_copy_in_view")
         d = drop(_num(base_sc.get("P")), _num(sc.get("P")))
@@ -231,7 +251,7 @@ def evaluate_rollouts(dataset: Path, out: Path, records: dict[str, dict], cfg: V
     from worldeval.opis.evaluate import run_eval
 
     run_dirs = {}
-    for name in INTERVENTIONS:
+    for name in cfg.checks:
         folder = out / "rollouts" / name
         if not folder.is_dir():
             continue
@@ -272,8 +292,9 @@ def assess(run_dirs: dict[str, Path] | Path, records: dict[str, dict], load_erro
     from worldeval.opis.scoring import ScoreConfig, score_runs
 
     th = cfg.thresholds
+    checks = cfg.checks
     if isinstance(run_dirs, (str, Path)):
-        run_dirs = {name: Path(run_dirs) for name in CHECKS}
+        run_dirs = {name: Path(run_dirs) for name in checks}
     paths = sorted({str(p) for p in run_dirs.values() if Path(p).exists()})
     try:
         scores = score_runs(paths, ScoreConfig(bootstrap=0))
@@ -286,7 +307,7 @@ def assess(run_dirs: dict[str, Path] | Path, records: dict[str, dict], load_erro
     for case_id, rec in records.items():
         tid = (rec.get("target") or {}).get("instance_id")
         per: dict[str, dict] = {}
-        for name in CHECKS:
+        for name in checks:
             entry: dict[str, Any] = {"intervention": name}
             if name in rec["skipped"] or name not in rec["videos"]:
                 entry.update(passed=False, skipped=True, reason=rec["skipped"].get(name, "not synthesised"))
@@ -301,7 +322,7 @@ def assess(run_dirs: dict[str, Path] | Path, records: dict[str, dict], load_erro
                 per[name] = entry
                 continue
             entry["scores"] = {k: _num(sc.get(k)) for k in ("P", "I", "S", "C_S", "OPIS")}
-            entry["measurements"] = target_measurements(rows, rec, tid)
+            entry["measurements"] = target_measurements(rows, rec, tid, name)
             per[name] = entry
         base = per.get("faithful", {})
         for name, entry in per.items():
@@ -309,10 +330,10 @@ def assess(run_dirs: dict[str, Path] | Path, records: dict[str, dict], load_erro
                 continue
             ok, why = judge(name, entry["measurements"], base.get("measurements"), entry["scores"], base.get("scores"), th)
             entry["passed"], entry["reason"] = bool(ok), why
-        results[case_id] = {"target": rec.get("target"), "checks": per}
+        results[case_id] = {"target": rec.get("target"), "camera_path": rec.get("camera_path"), "checks": per}
     n = len(records) + len(load_errors)
     rates = {}
-    for name in CHECKS:
+    for name in checks:
         passed = sum(1 for r in results.values() if r["checks"][name].get("passed"))
         skipped = sum(1 for r in results.values() if r["checks"][name].get("skipped"))
         rates[name] = {
@@ -350,6 +371,7 @@ def run_validate(
         "backend": cfg.backend,
         "device": cfg.device,
         "synth": asdict(cfg.synth),
+        "checks": list(cfg.checks),
         "thresholds": asdict(cfg.thresholds),
     }
     result["run_dirs"] = {k: str(v) for k, v in run_dirs.items()}
@@ -365,21 +387,22 @@ def render_table(result: dict):
     table = Table(title="opis validate: did the evaluator's own measurements move as each edit implies?")
     table.add_column("case")
     table.add_column("target")
-    for name in CHECKS:
+    checks = list(result["pass_rates"])
+    for name in checks:
         table.add_column(name)
     for case_id, r in result["cases"].items():
         tgt = r.get("target") or {}
         cells = []
-        for name in CHECKS:
+        for name in checks:
             e = r["checks"][name]
             mark = "[green]pass[/]" if e.get("passed") else ("[yellow]skip[/]" if e.get("skipped") else "[red]FAIL[/]")
             s = e.get("scores") or {}
             psi = f"P{_fmt(s.get('P'), 0)} I{_fmt(s.get('I'), 0)} S{_fmt(s.get('S'), 0)} O{_fmt(s.get('OPIS'), 0)}" if s else ""
             cells.append(f"{mark} {psi}\n{e.get('reason', '')}")
-        table.add_row(case_id, f"{tgt.get('instance_id', '-')}\n{tgt.get('category', '')}", *cells)
+        table.add_row(f"{case_id}\n{r.get('camera_path') or ''}", f"{tgt.get('instance_id', '-')}\n{tgt.get('category', '')}", *cells)
     rates = result["pass_rates"]
     table.add_row(
         "[bold]pass rate[/]", f"need >= {next(iter(rates.values()))['required']:.0%}",
-        *[("[green]" if rates[n]["ok"] else "[red]") + f"{rates[n]['passed']}/{rates[n]['cases']}[/]" for n in CHECKS],
+        *[("[green]" if rates[n]["ok"] else "[red]") + f"{rates[n]['passed']}/{rates[n]['cases']}[/]" for n in checks],
     )
     return table

@@ -2,11 +2,14 @@
 
 Scores come from `worldeval.worldcast.scoring.score_runs`; the per-case view
 reads `judgments.jsonl` directly to show each metric's score and the judge's
-evidence next to the judged step images.
+evidence next to the judged step images, with the generation trace
+(`generation.json` from `worldcast generate`: plan, calls, inspections,
+choices) and the video adapter's keyframe choices when they exist.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Callable
 
@@ -14,8 +17,9 @@ from worldeval.report import images, plots
 from worldeval.report.loaders import num as _num, WorldCastRun, resolve_path
 from worldeval.report.opis import slug
 
-METRICS = ("PA", "OC", "CP", "VC")
-METRIC_MAX = {"PA": 2, "OC": 1, "CP": 3, "VC": 3}
+from worldeval.worldcast.metrics import CASE_METRICS as METRICS, METRICS as _SPECS
+
+METRIC_MAX = {k: _SPECS[k].top for k in METRICS}
 IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".webp")
 
 WcScoreFn = Callable[[list[Path]], dict]
@@ -92,21 +96,70 @@ def _step_files(folder: Path) -> list[Path]:
     return sorted((p for p in folder.glob("step_*.*") if p.suffix.lower() in IMAGE_EXTS), key=k)
 
 
+def _output_dir(run: WorldCastRun, model: str, case_id: str) -> Path | None:
+    """`<outputs>/<case_id>` of the model, when the run's manifest names its outputs folder."""
+    man = run.manifest or {}
+    cfg = man.get("config") if isinstance(man.get("config"), dict) else {}
+    # The manifest names one outputs folder: that of the model judged last in this run folder.
+    if cfg.get("model") not in (None, model):
+        return None
+    outputs = resolve_path(cfg.get("outputs") or man.get("outputs"), [run.root, run.root.parent, Path.cwd()])
+    return outputs / case_id if outputs is not None and (outputs / case_id).is_dir() else None
+
+
 def _steps_from_outputs(run: WorldCastRun, model: str, case_id: str) -> list[Path]:
     """The judged states of one output: the adapter's saved states (grid cells, video keyframes)
     first, else the model's `step_k` images in the outputs folder the manifest names."""
     saved = run.root / "states" / model / case_id
     if saved.is_dir() and _step_files(saved):
         return _step_files(saved)
-    man = run.manifest or {}
-    cfg = man.get("config") if isinstance(man.get("config"), dict) else {}
-    # The manifest names one outputs folder: that of the model judged last in this run folder.
-    if cfg.get("model") not in (None, model):
-        return []
-    outputs = resolve_path(cfg.get("outputs") or man.get("outputs"), [run.root, run.root.parent, Path.cwd()])
-    if outputs is not None and (outputs / case_id).is_dir():
-        return _step_files(outputs / case_id)
-    return []
+    out = _output_dir(run, model, case_id)
+    return _step_files(out) if out is not None else []
+
+
+def _read_json(path: Path, notes: list[str]):
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        notes.append(f"{path}: unreadable ({exc})")
+        return None
+
+
+def generation_trace(case_dir: Path | None, notes: list[str]) -> dict | None:
+    """What `worldcast generate` recorded for one output (`generation.json`), in the report's terms."""
+    tr = _read_json(case_dir / "generation.json", notes) if case_dir is not None else None
+    if not isinstance(tr, dict):
+        return None
+    calls = [c for c in tr.get("calls") or [] if isinstance(c, dict)]
+    plan = tr.get("plan") if isinstance(tr.get("plan"), dict) else {}
+    return {
+        "mode": tr.get("mode"), "interface": tr.get("interface"), "budget": tr.get("budget"),
+        "calls": len(calls), "failed_calls": sum(c.get("status") == "failed" for c in calls),
+        "call_errors": [f"{c.get('purpose')}: {c.get('error')}" for c in calls if c.get("status") == "failed"],
+        "plan": [str(x) for x in plan.get("steps") or []], "plan_model": plan.get("model"),
+        "inspections": [{"step": i.get("step"), "attempt": i.get("attempt"), "score": i.get("score"),
+                         "ok": i.get("ok"), "problems": i.get("problems") or i.get("error") or ""}
+                        for i in tr.get("inspections") or [] if isinstance(i, dict)],
+        "choices": [c for c in tr.get("choices") or [] if isinstance(c, dict)],
+        "notes": [str(n) for n in tr.get("notes") or []],
+    }
+
+
+def keyframe_trace(states_dir: Path, notes: list[str]) -> dict | None:
+    """How the video adapter chose the keyframes (`selection.json`, `keyframe_trace.json` beside them)."""
+    sel = _read_json(states_dir / "selection.json", notes)
+    if not isinstance(sel, dict):
+        return None
+    tr = _read_json(states_dir / "keyframe_trace.json", notes) or {}
+    how = {c.get("step"): c for c in tr.get("choices") or [] if isinstance(c, dict)}
+    steps = [{"step": s.get("step"), "t": s.get("timestamp_seconds"), "frame": s.get("frame_index"),
+              "achieved": s.get("achieved"), "evidence": s.get("evidence"), "from": how.get(s.get("step"), {}).get("from")}
+             for s in sel.get("steps") or [] if isinstance(s, dict)]
+    rounds = [r for r in tr.get("rounds") or [] if isinstance(r, dict)]
+    return {"selector": sel.get("selector"), "steps": steps, "requests": tr.get("requests"),
+            "budget": tr.get("budget_requests"), "failed_rounds": sum(r.get("ok") is False for r in rounds)}
 
 
 def _thumb(path: Path | None, side: int, notes: list[str]) -> str | None:
@@ -199,7 +252,9 @@ def build_worldcast(runs: list[WorldCastRun], *, score_fn: WcScoreFn | None = No
                     metrics.append({"name": mk, "score": d["score"], "max": METRIC_MAX[mk], "evidence": d["evidence"],
                                     "failed": d["failed"], "error": d["error"]})
             sec["models"].append({"model": e["model"], "anchor": slug("wc-rollout", e["model"], cid), "steps": steps,
-                                  "metrics": metrics, "notes": mnotes, "interface": e["interface"]})
+                                  "metrics": metrics, "notes": mnotes, "interface": e["interface"],
+                                  "generation": generation_trace(_output_dir(run, e["model"], cid), mnotes),
+                                  "keyframes": keyframe_trace(run.root / "states" / e["model"] / cid, mnotes)})
         sec["notes"] = inotes
         sections.append(sec)
     return {

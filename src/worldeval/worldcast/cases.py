@@ -27,6 +27,8 @@ CATEGORY_TITLE = {
     "in_context_procedural_learning": "In-Context Procedural Learning",
 }
 MAX_OUTCOME_WEIGHT = 0.5
+# Image roles that show the end state itself ("a direct endpoint reference" in the paper's step analysis).
+ENDPOINT_ROLE_WORDS = frozenset({"goal", "target", "final", "end", "endpoint"})
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 _KNOWN = {"id", "category", "level", "instruction", "images", "steps", "hints", "outcome_weight"}
 
@@ -61,6 +63,11 @@ class WorldCastCase:
     outcome_weight: float = 0.0
     line: int = 0
     extra: dict = field(default_factory=dict)
+
+    @property
+    def has_endpoint_reference(self) -> bool:
+        """Whether an input image shows the requested end state (role goal_state, target, final_state, ...)."""
+        return any(ENDPOINT_ROLE_WORDS & set(re.split(r"[^a-z]+", im.role.lower())) for im in self.images)
 
 
 def _parse_case(obj: object, path: Path, line: int, root: Path) -> WorldCastCase:

@@ -1,4 +1,5 @@
-"""`worldeval worldcast ...` commands: judge, score, agreement, judges, repeats, prompts, keyframes, samples."""
+"""`worldeval worldcast ...` commands: judge, score, agreement, judges, repeats, prompts, keyframes, samples, generate,
+keyframe-agreement."""
 
 from __future__ import annotations
 
@@ -22,23 +23,56 @@ def _default_cache(run_dir: Path) -> Path:
     return (Path(root) if root else Path(run_dir)) / "judge_cache.sqlite"
 
 
-def _make_client(base_url, judge_model, api_key, concurrency, timeout, max_attempts, seed, json_mode, cache, no_cache,
-                 backoff, image_max_side, out: Path):
+def _make_client(out: Path, cache: Optional[Path], no_cache: bool, **settings):
+    """The judge client of one run; `settings` are JudgeConfig fields given on the command line."""
     from worldeval.judge import JudgeCache, JudgeClient, JudgeConfig
 
     try:
-        cfg = JudgeConfig.resolve(
-            base_url=base_url, model=judge_model, api_key=api_key, concurrency=concurrency, timeout_s=timeout,
-            max_attempts=max_attempts, seed=seed, json_mode=json_mode, backoff_base_s=backoff,
-            image_max_side=image_max_side or None,
-        )
+        cfg = JudgeConfig.resolve(**settings)
     except ValueError as exc:
         _fail(str(exc))
     jc = None if no_cache else JudgeCache(cache or _default_cache(out))
     return JudgeClient(cfg, jc)
 
 
+def _judge_settings(temperature: Optional[str], judge_option: List[str]) -> dict:
+    from worldeval.judge import parse_judge_options, parse_temperature
+
+    out: dict = {}
+    try:
+        if temperature is not None:
+            out["temperature"] = parse_temperature(temperature)
+        if judge_option:
+            out["options"] = parse_judge_options(judge_option)
+    except ValueError as exc:
+        _fail(str(exc))
+    return out
+
+
+def _step_table(res: dict):
+    """Designated-step accuracy per step index: percent (cases judged), one row per model."""
+    from rich.table import Table
+
+    steps = sorted({int(k) for s in res["models"].values() for k in (s.get("step_accuracy") or {})})
+    table = Table(title="Designated-step accuracy (%; cases in brackets)")
+    table.add_column("model")
+    table.add_column("scope")
+    for k in steps:
+        table.add_column(f"step {k}", justify="right")
+    for m, s in res["models"].items():
+        curve = s.get("step_accuracy") or {}
+        cells = []
+        for k in steps:
+            v = curve.get(str(k))
+            cells.append("-" if v is None or v["accuracy"] is None else f"{v['accuracy']:.1f} ({v['n']})")
+        table.add_row(m, ",".join(s.get("step_accuracy_scope") or []), *cells)
+    return table
+
+
 def register(app: typer.Typer) -> None:
+    _register_generate(app)
+    _register_keyframe_agreement(app)
+
     @app.command("judge")
     def judge_cmd(
         dataset: Path = typer.Option(..., "--dataset", help="WorldCast dataset folder (holds cases.jsonl)."),
@@ -52,24 +86,39 @@ def register(app: typer.Typer) -> None:
         timeout: float = typer.Option(180.0, "--timeout", help="Seconds per request before it counts as a timeout."),
         max_attempts: int = typer.Option(5, "--max-attempts", min=1, help="Attempts per item (retries on 429/5xx/timeouts/unparseable)."),
         backoff: float = typer.Option(1.0, "--backoff", help="First retry delay in seconds (doubles, with jitter)."),
+        backoff_max: float = typer.Option(60.0, "--backoff-max", min=0, help="Longest wait between attempts, Retry-After included."),
         seed: int = typer.Option(0, "--seed", help="Sampling seed sent to servers that take one."),
+        reasoning_effort: Optional[str] = typer.Option(None, "--reasoning-effort", help="low, medium or high, for reasoning models (the paper: medium)."),
+        temperature: Optional[str] = typer.Option(None, "--temperature", help="Sampling temperature (default 0; dropped for the run if the model refuses it; 'default' never sends one)."),
+        max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1, help="Answer length limit (sent as max_completion_tokens if the endpoint asks for it)."),
+        judge_option: List[str] = typer.Option([], "--judge-option", help="Extra request body field KEY=VALUE (VALUE as JSON when it parses; repeatable)."),
         json_mode: bool = typer.Option(True, "--json-mode/--no-json-mode", help="Ask for a JSON response format."),
+        structured: bool = typer.Option(True, "--structured/--no-structured", help="Ask for the answer's JSON schema (structured output) before plain JSON mode."),
+        preflight: bool = typer.Option(True, "--preflight/--no-preflight", help="One small request first; a dead endpoint, a refused key or an unknown model stops the run at once."),
         image_max_side: int = typer.Option(1024, "--image-max-side", help="Downscale larger images before sending (0: never)."),
         cache: Optional[Path] = typer.Option(None, "--cache", help="SQLite answer cache (default RUN_DIR/judge_cache.sqlite, or $WORLDEVAL_CACHE_DIR)."),
         no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the answer cache."),
         step_accuracy: bool = typer.Option(False, "--step-accuracy", help="Also judge each step on its own (designated-step accuracy)."),
+        step_scope: str = typer.Option("paper", "--step-scope", help="Cases given step checks: paper (four-step cases without an endpoint reference image) or all."),
         keyframes: str = typer.Option("changepoint", "--keyframes", help="Video keyframe selector: changepoint (no model) or agentic (asks the judge endpoint)."),
         keyframe_samples: int = typer.Option(16, "--keyframe-samples", help="Frames shown to the agentic selector."),
         case: List[str] = typer.Option([], "--case", help="Judge only these case ids (repeatable)."),
         quiet: bool = typer.Option(False, "--quiet", "-q"),
     ) -> None:
         """Judge one model's outputs with a multimodal LLM and write judgments.jsonl + manifest.json."""
+        from worldeval.judge import JudgeUnavailable
         from worldeval.worldcast.cases import CaseError
         from worldeval.worldcast.judging import run_judge
         from worldeval.worldcast.keyframes import AgenticSelector, ChangePointSelector
 
-        client = _make_client(base_url, judge_model, api_key, concurrency, timeout, max_attempts, seed, json_mode,
-                              cache, no_cache, backoff, image_max_side, out)
+        if step_scope not in ("paper", "all"):
+            _fail(f"--step-scope must be paper or all, not {step_scope!r}")
+        client = _make_client(
+            out, cache, no_cache, base_url=base_url, model=judge_model, api_key=api_key, concurrency=concurrency,
+            timeout_s=timeout, max_attempts=max_attempts, seed=seed, json_mode=json_mode, backoff_base_s=backoff,
+            backoff_max_s=backoff_max, image_max_side=image_max_side or None, reasoning_effort=reasoning_effort,
+            max_tokens=max_tokens, structured=structured, preflight=preflight,
+            **_judge_settings(temperature, judge_option))
         if keyframes == "changepoint":
             selector = ChangePointSelector()
         elif keyframes == "agentic":
@@ -77,10 +126,13 @@ def register(app: typer.Typer) -> None:
         else:
             _fail(f"--keyframes must be changepoint or agentic, not {keyframes!r}")
         try:
-            res = run_judge(dataset, outputs, model, out, client, step_accuracy=step_accuracy,
+            res = run_judge(dataset, outputs, model, out, client, step_accuracy=step_accuracy, step_scope=step_scope,
                             keyframe_selector=selector, case_ids=list(case) or None,
                             progress=None if quiet else (lambda s: typer.echo(s, err=True)),
                             extra_config={"cache": None if no_cache else str(cache or _default_cache(out))})
+        except JudgeUnavailable as exc:
+            typer.echo(f"error: {exc}; nothing more was asked (rerun when the endpoint works)", err=True)
+            raise typer.Exit(3)
         except (CaseError, ValueError) as exc:
             _fail(str(exc))
         finally:
@@ -122,12 +174,7 @@ def register(app: typer.Typer) -> None:
         console = Console(width=max(160, Console().width))
         console.print(table)
         if step_accuracy:
-            for m, s in res["models"].items():
-                curve = s.get("step_accuracy") or {}
-                if curve:
-                    line = ", ".join(f"step {k}: {v['accuracy']:.1f}% (n={v['n']})" if v["accuracy"] is not None
-                                     else f"step {k}: - (n=0)" for k, v in curve.items())
-                    console.print(f"{m} step accuracy: {line}")
+            console.print(_step_table(res))
 
     @app.command("agreement")
     def agreement_cmd(
@@ -251,3 +298,121 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"dataset: {sample_dataset()}")
             for kind in ("correct", "shuffled"):
                 typer.echo(f"outputs ({kind}): {sample_outputs(kind)}")
+
+
+def _llm_client(model: str, base_url, api_key, timeout: float, max_attempts: int, backoff: float, concurrency: int):
+    from worldeval.judge import JudgeClient, JudgeConfig
+
+    # Planning and inspection answers steer one generation run; caching them would replay a stale plan.
+    cfg = JudgeConfig(model=model, base_url=base_url, api_key=api_key, timeout_s=timeout, max_attempts=max_attempts,
+                      backoff_base_s=backoff, concurrency=concurrency)
+    return JudgeClient(cfg, None)
+
+
+def _register_generate(app: typer.Typer) -> None:
+    @app.command("generate")
+    def generate_cmd(
+        dataset: Path = typer.Option(..., "--dataset", help="WorldCast dataset folder (holds cases.jsonl)."),
+        interface: str = typer.Option(..., "--interface", help="interleaved, grid or video."),
+        out: Path = typer.Option(..., "--out", help="Outputs folder (one sub-folder per case); rerunning resumes."),
+        base_url: Optional[str] = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint (or OPENAI_BASE_URL)."),
+        gen_model: Optional[str] = typer.Option(None, "--gen-model", help="Image or video generation model."),
+        api_key: Optional[str] = typer.Option(None, "--api-key", help="API key (or OPENAI_API_KEY); never written anywhere."),
+        enhancer: Optional[str] = typer.Option(None, "--enhancer", help="LLM that first rewrites the request into a per-state plan."),
+        llm_base_url: Optional[str] = typer.Option(None, "--llm-base-url", help="Endpoint of the enhancer/inspector (default --base-url)."),
+        plan_iterate: bool = typer.Option(False, "--plan-iterate", help="Plan the states, then generate each from the previous one."),
+        agentic: bool = typer.Option(False, "--agentic", help="Plan & Iterate with a VLM inspecting each state and regenerating within --budget."),
+        budget: Optional[str] = typer.Option(None, "--budget", help="Image calls per case for --agentic: a number or e.g. 2K (2 x steps)."),
+        inspector: Optional[str] = typer.Option(None, "--inspector", help="VLM inspecting states (default: --enhancer, else --gen-model)."),
+        command: Optional[str] = typer.Option(None, "--command", help="Run a local model instead: a shell command with {case_dir} {out_dir} {prompt_file} {request_file} {case_id} {steps} {interface}."),
+        command_timeout: float = typer.Option(3600.0, "--command-timeout", help="Seconds per case for --command."),
+        size: Optional[str] = typer.Option(None, "--size", help="Image size sent to the images API (default: the server's)."),
+        quality: Optional[str] = typer.Option(None, "--quality", help="Image quality sent to the images API."),
+        video_seconds: Optional[str] = typer.Option(None, "--video-seconds", help="Clip length sent to the Videos API."),
+        video_size: Optional[str] = typer.Option(None, "--video-size", help="Resolution sent to the Videos API."),
+        timeout: float = typer.Option(600.0, "--timeout", help="Seconds per request."),
+        max_attempts: int = typer.Option(3, "--max-attempts", min=1, help="Attempts per call (each counts against --budget)."),
+        backoff: float = typer.Option(2.0, "--backoff", help="First retry delay in seconds (doubles, with jitter)."),
+        poll: float = typer.Option(5.0, "--poll", help="Seconds between Videos API status checks."),
+        concurrency: int = typer.Option(1, "--concurrency", min=1, help="Cases generated in parallel."),
+        case: List[str] = typer.Option([], "--case", help="Generate only these case ids (repeatable)."),
+        force: bool = typer.Option(False, "--force", help="Resume a folder made with another config (its cases are redone)."),
+        quiet: bool = typer.Option(False, "--quiet", "-q"),
+    ) -> None:
+        """Generate one model's outputs for a dataset in the layout `worldcast judge` reads."""
+        from worldeval.runs import ResumeError
+        from worldeval.worldcast.cases import CaseError
+        from worldeval.worldcast.generate import GenerateOptions, run_generate
+        from worldeval.worldcast.generate_api import GenConfig, GenEndpoint
+
+        base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
+        api_key = api_key or os.environ.get("OPENAI_API_KEY") or None
+        endpoint = None
+        if gen_model:
+            endpoint = GenEndpoint(GenConfig(
+                model=gen_model, base_url=base_url, api_key=api_key, timeout_s=timeout, max_attempts=max_attempts,
+                backoff_base_s=backoff, size=size, quality=quality, video_seconds=video_seconds,
+                video_size=video_size, poll_interval_s=poll))
+        llm = lambda m: _llm_client(m, llm_base_url or base_url, api_key, timeout, max_attempts, backoff, concurrency)
+        planner = enhancer or (gen_model if (plan_iterate or agentic) else None)
+        checker = inspector or enhancer or gen_model
+        opts = GenerateOptions(
+            interface=interface, endpoint=endpoint, enhancer=llm(planner) if planner else None,
+            inspector=llm(checker) if agentic and checker else None, plan_iterate=plan_iterate, agentic=agentic,
+            budget=budget, command=command, command_timeout_s=command_timeout, concurrency=concurrency,
+        )
+        try:
+            res = run_generate(dataset, out, opts, case_ids=list(case) or None, force=force,
+                               progress=None if quiet else (lambda s: typer.echo(s, err=True)))
+        except (CaseError, ResumeError, ValueError) as exc:
+            _fail(str(exc))
+        typer.echo(f"generated {len(res.done)}, kept {len(res.kept)}, failed {len(res.failed)} "
+                   f"({res.image_calls} generation calls) -> {out}")
+        for cid, err in sorted(res.failed.items()):
+            typer.echo(f"  {cid}: {err}", err=True)
+        if res.failed:
+            typer.echo(f"{len(res.failed)} case(s) failed; rerun the same command to retry only those.", err=True)
+            raise typer.Exit(1)
+
+
+def _register_keyframe_agreement(app: typer.Typer) -> None:
+    @app.command("keyframe-agreement")
+    def keyframe_agreement_cmd(
+        human: Path = typer.Option(..., "--human", help="Human keyframe choices: DIR/<annotator>/<case_id>.json (see docs/worldcast.md)."),
+        run: Path = typer.Option(..., "--run", help="A `worldcast judge` run folder over video outputs."),
+        base_url: Optional[str] = typer.Option(None, "--base-url", help="Judge endpoint (default: the run's, or OPENAI_BASE_URL)."),
+        api_key: Optional[str] = typer.Option(None, "--api-key", help="API key (or OPENAI_API_KEY); never written anywhere."),
+        no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the run's answer cache."),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
+        quiet: bool = typer.Option(False, "--quiet", "-q"),
+    ) -> None:
+        """Score human- and adapter-selected keyframes with the run's judge; Pearson r and per-case differences."""
+        from worldeval.judge import JudgeCache, JudgeClient
+        from worldeval.worldcast.cases import CaseError
+        from worldeval.worldcast.keyframe_agreement import judge_config_of, keyframe_agreement
+
+        try:
+            cfg, _ = judge_config_of(run, base_url or os.environ.get("OPENAI_BASE_URL"),
+                                     api_key or os.environ.get("OPENAI_API_KEY"))
+        except (OSError, ValueError) as exc:
+            _fail(str(exc))
+        client = JudgeClient(cfg, None if no_cache else JudgeCache(_default_cache(run)))
+        try:
+            res = keyframe_agreement(run, human, client, progress=None if quiet else (lambda s: typer.echo(s, err=True)))
+        except (CaseError, ValueError, OSError) as exc:
+            _fail(str(exc))
+        finally:
+            if client.cache is not None:
+                client.cache.close()
+        if as_json:
+            typer.echo(json.dumps(res, indent=2, sort_keys=True))
+            return
+        r = res["pearson_r"]
+        typer.echo(f"Pearson r = {r:.4f} (p = {res['p_value']:.3g}) over {res['n_cases']} case(s)" if r is not None
+                   else f"Pearson r: - ({res['note']})")
+        for row in res["cases"]:
+            each = ", ".join(f"{a} {v:.1f}" for a, v in sorted(row["human_finals"].items()))
+            typer.echo(f"  {row['case_id']}: adapter {row['adapter_final']:.1f}, human {row['human_final']:.1f} "
+                       f"({each}), difference {row['difference']:+.1f}")
+        for what, why in sorted(res["skipped"].items()):
+            typer.echo(f"  skipped {what}: {why}", err=True)

@@ -5,11 +5,13 @@ line in `judgments.jsonl`: `status` "ok" with the parsed score, or "failed"
 with the error (an unparseable answer after all retries, an endpoint error,
 or an output that could not be adapted). Rerunning on the same folder keeps
 the ok items and asks only the missing or failed ones again; the latest line
-for an item wins.
+for an item wins. The record format lives in `records.py`, the metrics (what
+each item asks and shows) in `metrics.py`.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -17,36 +19,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from worldeval.judge.client import JudgeClient, JudgeImage
-from worldeval.judge.parse import score_validator
-from worldeval.runs import append_jsonl, atomic_write_json, base_manifest, fingerprint_dir, read_jsonl
+from worldeval.judge.client import JudgeClient, JudgeImage, JudgeUnavailable
+from worldeval.runs import atomic_write_json, base_manifest, fingerprint_dir
 from worldeval.worldcast.adapters import StepSequence, adapt_output
 from worldeval.worldcast.cases import WorldCastCase, load_cases
-from worldeval.worldcast.prompts import METRIC_LEVELS, METRIC_NAMES, PROMPT_VERSIONS, build_judge_content
-
-JUDGMENTS = "judgments.jsonl"
-
-
-def item_key(rec: dict) -> tuple:
-    return (rec["model"], rec["case_id"], rec["metric"], rec.get("step"))
+from worldeval.worldcast.metrics import METRICS, PROMPT_VERSIONS, build_judge_content
+from worldeval.worldcast.records import (
+    JUDGMENTS, answer_fields, append_judgment, failure_fields, judgment_base, latest_records, read_judgments,
+)
 
 
-def latest_records(records: list[dict]) -> dict[tuple, dict]:
-    out: dict[tuple, dict] = {}
-    for r in records:
-        if {"model", "case_id", "metric"} <= r.keys():
-            out[item_key(r)] = r
-    return out
-
-
-def case_metrics(case: WorldCastCase, step_accuracy: bool, n_states: int | None = None) -> list[tuple[str, int | None]]:
-    """The items a case needs: PA, OC only when outcome_weight > 0, CP, VC, and per-step checks on request."""
-    items: list[tuple[str, int | None]] = [("PA", None)]
-    if case.outcome_weight > 0:
-        items.append(("OC", None))
-    items += [("CP", None), ("VC", None)]
-    if step_accuracy:
-        items += [("STEP", k) for k in range(1, (n_states or case.steps) + 1)]
+def case_metrics(case: WorldCastCase, step_accuracy: bool, n_states: int | None = None,
+                 step_scope: str = "paper") -> list[tuple[str, int | None]]:
+    """The items a case needs: every case metric it is asked for (OC only when outcome_weight > 0), then,
+    on request, the designated-step checks of each generated state for the cases in `step_scope`."""
+    items: list[tuple[str, int | None]] = []
+    for key, spec in METRICS.items():
+        if spec.per_step and not step_accuracy:
+            continue
+        if not spec.asked_for(case, step_scope):
+            continue
+        if spec.per_step:
+            items += [(key, k) for k in range(1, (n_states or case.steps) + 1)]
+        else:
+            items.append((key, None))
     return items
 
 
@@ -59,22 +55,7 @@ class JudgeRunResult:
     failed: int = 0
     adapter_failures: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
-
-
-def _step_validator(step: int):
-    def extra(obj: dict) -> None:
-        # A judge that scores another step than the one shown is answering the wrong question.
-        si = obj.get("step_index", step)
-        try:
-            si = int(si)
-        except (TypeError, ValueError):
-            si = None
-        if si != step:
-            from worldeval.judge.parse import AnswerError
-
-            raise AnswerError(f"step_index {obj.get('step_index')!r} does not match the designated step {step}")
-
-    return extra
+    aborted: str | None = None  # why the run stopped early (the judge endpoint was unusable)
 
 
 def run_judge(
@@ -85,6 +66,7 @@ def run_judge(
     client: JudgeClient,
     *,
     step_accuracy: bool = False,
+    step_scope: str = "paper",
     keyframe_selector=None,
     case_ids: list[str] | None = None,
     progress: Callable[[str], None] | None = None,
@@ -94,147 +76,139 @@ def run_judge(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     jpath = out_dir / JUDGMENTS
-    cases = load_cases(dataset)
-    if case_ids:
-        wanted = set(case_ids)
-        unknown = wanted - {c.id for c in cases}
-        if unknown:
-            raise ValueError(f"unknown case id(s): {sorted(unknown)}")
-        cases = [c for c in cases if c.id in wanted]
-    latest = latest_records(read_jsonl(jpath))
-    other_judges = {r["judge_model"] for r in latest.values() if r.get("model") == model and r.get("status") == "ok"} - {client.config.model}
-    if other_judges:
-        raise ValueError(
-            f"{jpath}: model {model!r} was judged here by {sorted(other_judges)}; use a new run folder to judge it "
-            f"with {client.config.model!r} (scores from different judges must not be mixed)"
-        )
+    cases = _select_cases(load_cases(dataset), case_ids)
+    latest = latest_records(read_judgments(jpath)) if jpath.is_file() else {}
+    _refuse_other_judge(jpath, latest, model, client.config.model)
     result = JudgeRunResult(out_dir)
     lock = threading.Lock()
     say = progress or (lambda s: None)
 
     def record(rec: dict) -> None:
         with lock:
-            append_jsonl(jpath, rec)
+            append_judgment(jpath, rec)
             if rec["status"] == "ok":
                 result.ok += 1
             else:
                 result.failed += 1
 
+    settings = client.config.settings()
+
     def base(case: WorldCastCase, metric: str, step: int | None, interface: str | None) -> dict:
-        return {
-            "model": model, "case_id": case.id, "category": case.category, "level": case.level,
-            "outcome_weight": case.outcome_weight, "metric": metric, "metric_name": METRIC_NAMES[metric],
-            "step": step, "judge_model": client.config.model, "prompt_hash": PROMPT_VERSIONS[metric],
-            "interface": interface,
-        }
+        return judgment_base(model, case, metric, step, client.config.model, interface, settings)
+
+    def done(case: WorldCastCase, metric: str, step: int | None) -> bool:
+        return latest.get((model, case.id, metric, step), {}).get("status") == "ok"
 
     tasks = []
     for case in cases:
-        pending_base = case_metrics(case, step_accuracy)
-        if all(latest.get((model, case.id, m, s), {}).get("status") == "ok" for m, s in pending_base):
-            result.kept += len(pending_base)
+        expected = case_metrics(case, step_accuracy, None, step_scope)
+        if all(done(case, m, s) for m, s in expected):
+            result.kept += len(expected)
             continue
-        states_dir = out_dir / "states" / model / case.id
         try:
-            seq = adapt_output(case, outputs, states_dir, keyframe_selector)
+            seq = adapt_output(case, outputs, out_dir / "states" / model / case.id, keyframe_selector)
         except (ValueError, OSError) as exc:
-            msg = f"output: {exc}"
             result.adapter_failures.append(f"{case.id}: {exc}")
             say(f"{case.id}: cannot adapt output: {exc}")
-            for m, s in pending_base:
-                if latest.get((model, case.id, m, s), {}).get("status") == "ok":
-                    continue
-                rec = base(case, m, s, None)
-                rec.update({"status": "failed", "score": None, "evidence": None, "raw": None, "error": msg,
-                            "attempts": 0, "latency_s": 0.0, "usage": {}, "cached": False, "request_hash": None})
-                record(rec)
+            for m, s in expected:
+                if not done(case, m, s):
+                    record({**base(case, m, s, None), **failure_fields(f"output: {exc}")})
             continue
-        for m, s in case_metrics(case, step_accuracy, len(seq.images)):
-            prev = latest.get((model, case.id, m, s))
-            if prev is not None and prev.get("status") == "ok":
+        for m, s in case_metrics(case, step_accuracy, len(seq.images), step_scope):
+            if done(case, m, s):
                 result.kept += 1
-                continue
-            tasks.append((case, seq, m, s))
-
-    loader = lambda p: JudgeImage.from_path(p, client.config.image_max_side)
+            else:
+                tasks.append((case, seq, m, s))
 
     def ask(case: WorldCastCase, seq: StepSequence, metric: str, step: int | None) -> dict:
-        content = build_judge_content(metric, case, seq.images, seq.plans, step, image_loader=loader)
-        extra = _step_validator(step) if metric == "STEP" else None
-        answer = client.ask_json(
-            content, validator=score_validator(METRIC_LEVELS[metric], extra),
-            cache_extra={"metric": metric, "prompt_version": PROMPT_VERSIONS[metric], "hints": case.hints, "step": step},
-        )
-        rec = base(case, metric, step, seq.interface)
-        rec.update({
-            "status": "ok" if answer.ok else "failed",
-            "score": answer.parsed["score"] if answer.ok else None,
-            "evidence": answer.parsed.get("evidence") if answer.ok else None,
-            "raw": answer.raw,
-            "error": answer.error,
-            "attempt_errors": answer.errors,
-            "attempts": answer.attempts,
-            "latency_s": round(answer.latency_s, 4),
-            "usage": answer.usage,
-            "cached": answer.cached,
-            "request_hash": answer.request_hash,
-            "n_states": len(seq.images),
-            "warnings": seq.warnings,
-        })
+        rec = {**base(case, metric, step, seq.interface), **ask_item(client, case, seq, metric, step)}
+        if METRICS[metric].per_step:
+            rec["step_scope"] = step_scope
         return rec
 
     result.asked = len(tasks)
     say(f"{len(tasks)} judge items to ask, {result.kept} kept from earlier runs")
-    workers = max(1, int(client.config.concurrency))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        futs = {pool.submit(ask, *t): t for t in tasks}
-        for fut in as_completed(futs):
-            case, seq, m, s = futs[fut]
-            try:
-                rec = fut.result()
-            except Exception as exc:  # a bug or unreadable image must not kill the other items
-                rec = base(case, m, s, seq.interface)
-                rec.update({"status": "failed", "score": None, "evidence": None, "raw": None,
-                            "error": f"{type(exc).__name__}: {exc}", "attempts": 0, "latency_s": 0.0,
-                            "usage": {}, "cached": False, "request_hash": None})
-            record(rec)
-            say(f"{case.id} {m}{'' if s is None else s}: {rec['status']} {rec.get('score')}")
-    result.elapsed_s = time.monotonic() - t0
-    _write_manifest(out_dir, dataset, outputs, model, client, result, step_accuracy, keyframe_selector, extra_config)
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, int(client.config.concurrency))) as pool:
+            futs = {pool.submit(ask, *t): t for t in tasks}
+            for fut in as_completed(futs):
+                case, seq, m, s = futs[fut]
+                try:
+                    rec = fut.result()
+                except JudgeUnavailable:
+                    pool.shutdown(wait=True, cancel_futures=True)
+                    raise
+                except Exception as exc:  # a bug or unreadable image must not kill the other items
+                    rec = {**base(case, m, s, seq.interface), **failure_fields(f"{type(exc).__name__}: {exc}")}
+                record(rec)
+                say(f"{case.id} {m}{'' if s is None else s}: {rec['status']} {rec.get('score')}")
+    except JudgeUnavailable as exc:
+        result.aborted = str(exc)
+        raise
+    finally:
+        result.elapsed_s = time.monotonic() - t0
+        _write_manifest(out_dir, dataset, outputs, model, client, result, step_accuracy and step_scope,
+                        keyframe_selector, extra_config)
     return result
 
 
-def _write_manifest(out_dir, dataset, outputs, model, client, result, step_accuracy, selector, extra_config) -> None:
-    import openai
+def ask_item(client: JudgeClient, case: WorldCastCase, seq: StepSequence, metric: str, step: int | None) -> dict:
+    """Ask the judge one item; the result fields of its record."""
+    spec = METRICS[metric]
+    loader = lambda p: JudgeImage.from_path(p, client.config.image_max_side)
+    content = build_judge_content(spec, case, seq.images, seq.plans, step, image_loader=loader)
+    answer = client.ask_json(
+        content, validator=spec.validator(step), schema=spec.answer_schema(step),
+        cache_extra={"metric": metric, "prompt_version": spec.prompt_hash, "hints": case.hints, "step": step},
+    )
+    return {**answer_fields(answer), "n_states": len(seq.images), "warnings": seq.warnings}
 
+
+def _select_cases(cases: list[WorldCastCase], case_ids: list[str] | None) -> list[WorldCastCase]:
+    if not case_ids:
+        return cases
+    wanted = set(case_ids)
+    unknown = wanted - {c.id for c in cases}
+    if unknown:
+        raise ValueError(f"unknown case id(s): {sorted(unknown)}")
+    return [c for c in cases if c.id in wanted]
+
+
+def _refuse_other_judge(jpath: Path, latest: dict, model: str, judge_model: str) -> None:
+    others = {r["judge_model"] for r in latest.values() if r.get("model") == model and r.get("status") == "ok"}
+    others -= {judge_model}
+    if others:
+        raise ValueError(
+            f"{jpath}: model {model!r} was judged here by {sorted(others)}; use a new run folder to judge it "
+            f"with {judge_model!r} (scores from different judges must not be mixed)"
+        )
+
+
+def _write_manifest(out_dir, dataset, outputs, model, client, result, step_accuracy, selector, extra_config) -> None:
     mpath = out_dir / "manifest.json"
     prev = {}
     if mpath.is_file():
-        import json
-
         try:
             prev = json.loads(mpath.read_text())
-        except Exception:
+        except (OSError, ValueError):
             prev = {}
     config = {
         "dataset": str(Path(dataset).resolve()),
         "outputs": str(Path(outputs).resolve()),
         "model": model,
-        "judge": client.config.public(),
+        "judge": {**client.config.public(), "learned": client.options.public(), "preflight": client.preflight_status()},
         "step_accuracy": step_accuracy,
         "keyframe_selector": getattr(selector, "name", "changepoint"),
         **(extra_config or {}),
     }
-    man = base_manifest(
-        "worldeval worldcast judge", config,
-        {"judge": {"model": client.config.model, "base_url": client.config.base_url, "openai_sdk": openai.__version__}},
-    )
+    judge = {"model": client.config.model, "base_url": client.config.base_url, "transport": client.transport.describe()}
+    man = base_manifest("worldeval worldcast judge", config, {"judge": judge})
     man["prompt_versions"] = dict(PROMPT_VERSIONS)
     man["dataset_fingerprint"] = fingerprint_dir(dataset)
     runs = prev.get("runs", []) if isinstance(prev.get("runs"), list) else []
     runs.append({
         "model": model, "asked": result.asked, "kept": result.kept, "ok": result.ok, "failed": result.failed,
-        "adapter_failures": result.adapter_failures, "elapsed_s": round(result.elapsed_s, 3),
+        "adapter_failures": result.adapter_failures, "elapsed_s": round(result.elapsed_s, 3), "aborted": result.aborted,
         "usage": dict(client.totals), "finished_unix": time.time(),
     })
     man["runs"] = runs

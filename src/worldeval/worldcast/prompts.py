@@ -2,28 +2,18 @@
 
 They implement the paper's rubric (score levels, judge-only hints, the
 inspect -> challenge -> revise procedure, the `{"score", "evidence"}` answer)
-in our own words. Each metric's text has a version hash (`PROMPT_VERSIONS`)
-that is stored with every judgment, so scores made with different prompt
-texts are never mixed up silently.
+in our own words. Each metric's text has a version hash (`prompt_version`,
+kept on the metric's spec in `metrics.py`) that is stored with every
+judgment, so scores made with different prompt texts are never mixed up
+silently.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any
 
 from worldeval.worldcast.cases import WorldCastCase
-
-METRICS = ("PA", "OC", "CP", "VC", "STEP")
-METRIC_LEVELS = {"PA": (0, 1, 2), "OC": (0, 1), "CP": (0, 1, 2, 3), "VC": (0, 1, 2, 3), "STEP": (0, 1)}
-METRIC_NAMES = {
-    "PA": "Progress Alignment",
-    "OC": "Outcome Completion",
-    "CP": "Causal Plausibility",
-    "VC": "Visual Consistency",
-    "STEP": "Designated-Step Accuracy",
-}
 
 _COMMON = """General rules for this assessment:
 - Only what is visible in the generated images counts. A caption, label, arrow, text plan or a convincing story
@@ -203,67 +193,18 @@ _CONTRACT = """Answer with a single JSON object and nothing else:
 _STEP_CONTRACT = """Answer with a single JSON object and nothing else:
 {{"step_index": {step}, "score": <integer, 0 or 1>, "evidence": "<one or two sentences naming what you saw in this image>"}}"""
 
-_TEMPLATES = {"PA": _PA, "OC": _OC, "CP": _CP, "VC": _VC, "STEP": _STEP}
-
-
-def _version(metric: str) -> str:
-    contract = _STEP_CONTRACT if metric == "STEP" else _CONTRACT
-    text = "\n".join([_TEMPLATES[metric], _COMMON, contract, _DATA_LAYOUT_VERSION])
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
-
-
 # Bumped by hand when the way inputs are laid out (labels, order) changes.
-_DATA_LAYOUT_VERSION = "layout-v1"
-PROMPT_VERSIONS = {m: _version(m) for m in METRICS}
+DATA_LAYOUT_VERSION = "layout-v1"
+COMMON = _COMMON
+RUBRICS = {"PA": _PA, "OC": _OC, "CP": _CP, "VC": _VC, "STEP": _STEP}
+SCORE_CONTRACT = _CONTRACT
+STEP_CONTRACT = _STEP_CONTRACT
 
 
-def rubric_text(metric: str) -> str:
-    return _TEMPLATES[metric] + "\n" + _COMMON
-
-
-def build_judge_content(metric: str, case: WorldCastCase, images: list, plans: list | None = None,
-                        step: int | None = None, image_loader=None) -> list[Any]:
-    """Content parts (text and images, in order) of one judge request.
-
-    `images` are the generated states in order (paths or already-loaded images);
-    `image_loader` turns a path into what the judge client sends.
-    """
-    load = image_loader or (lambda p: p)
-    parts: list[Any] = [rubric_text(metric)]
-    parts.append(f"TEXT INSTRUCTION (what the generator was asked to do):\n{case.instruction.strip()}")
-    if case.hints:
-        parts.append("JUDGE-ONLY HINTS:\n" + "\n".join(f"- {h.strip()}" for h in case.hints))
-    else:
-        parts.append("JUDGE-ONLY HINTS: (none for this case)")
-    if case.images:
-        parts.append(f"REFERENCE AND INITIAL IMAGES ({len(case.images)}), given to the generator as input:")
-        for i, ref in enumerate(case.images, start=1):
-            parts.append(f"Reference image {i} (role: {ref.role.replace('_', ' ')}):")
-            parts.append(load(ref.path))
-    else:
-        parts.append("REFERENCE AND INITIAL IMAGES: (none; the task is given by text only)")
-    n = len(images)
-    if metric == "OC":
-        parts.append("FINAL GENERATED IMAGE (the last state only; the intermediate states are deliberately withheld):")
-        parts.append(load(images[-1]))
-    elif metric == "STEP":
-        assert step is not None and 1 <= step <= n
-        plan = (plans or [None] * n)[step - 1]
-        parts.append(f"DESIGNATED STEP: step {step} of {n} requested states.")
-        parts.append("TEXT PLAN THE GENERATOR PAIRED WITH THIS STEP:\n" + (plan.strip() if plan else "(no text plan was provided)"))
-        parts.append(f"DESIGNATED GENERATED IMAGE (step {step}):")
-        parts.append(load(images[step - 1]))
-    else:
-        parts.append(f"GENERATED SEQUENCE: {n} states, in order. The task asked for {case.steps}.")
-        for k, im in enumerate(images, start=1):
-            parts.append(f"Generated state {k} of {n}:")
-            parts.append(load(im))
-    levels = ", ".join(str(v) for v in METRIC_LEVELS[metric])
-    if metric == "STEP":
-        parts.append(_STEP_CONTRACT.format(step=step))
-    else:
-        parts.append(_CONTRACT.format(levels=levels))
-    return parts
+def prompt_version(rubric: str, contract: str) -> str:
+    """The hash stored with every judgment: rubric, common rules, answer contract and input layout."""
+    text = "\n".join([rubric, _COMMON, contract, DATA_LAYOUT_VERSION])
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
 
 
 # ---------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """WorldCast scores from `judgments.jsonl` (SPEC section 5).
 
-Per case: TC = (1 - w_o) * PA/2 + w_o * OC (OC only when w_o > 0),
-Final = (100/3) * (0.4 * 3*TC + 0.4 * CP + 0.2 * VC).
+Per case: TC and Final by the one formula in `metrics.py`
+(TC = (1 - w_o) * PA/2 + w_o * OC, OC only when w_o > 0;
+Final = (100/3) * (0.4 * 3*TC + 0.4 * CP + 0.2 * VC)).
 Per model: means over cases of Final, TC*100, CP*100/3, VC*100/3, per category,
 L3, L4 (Final means over the cases of that level) and per-step accuracy.
 
@@ -14,14 +15,14 @@ counts in `n_failed`. A failure is never a 0.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from worldeval.runs import read_jsonl
 from worldeval.worldcast.cases import CATEGORY_LEVEL, L3_CATEGORIES, L4_CATEGORIES
-from worldeval.worldcast.judging import JUDGMENTS, latest_records
+from worldeval.worldcast.metrics import CASE_METRICS, DIMENSIONS, METRICS, final_score, task_completion
+from worldeval.runs import read_jsonl
+from worldeval.worldcast.records import JUDGMENTS, latest_records, read_judgments
 
-ALPHA_TC, ALPHA_CP, ALPHA_VC = 0.4, 0.4, 0.2
 CATEGORY_ORDER = L3_CATEGORIES + L4_CATEGORIES
 
 
@@ -31,38 +32,39 @@ class CaseScore:
     category: str
     level: str
     outcome_weight: float
-    pa: int | None
-    oc: int | None
-    cp: int | None
-    vc: int | None
-    failed_metrics: list[str]
+    scores: dict[str, int] = field(default_factory=dict)  # metric key -> score, only the metrics judged ok
+    failed_metrics: list[str] = field(default_factory=list)
+
+    @property
+    def pa(self) -> int | None:
+        return self.scores.get("PA")
+
+    @property
+    def oc(self) -> int | None:
+        return self.scores.get("OC")
+
+    @property
+    def cp(self) -> int | None:
+        return self.scores.get("CP")
+
+    @property
+    def vc(self) -> int | None:
+        return self.scores.get("VC")
 
     @property
     def tc(self) -> float | None:
-        if self.pa is None:
-            return None
-        w = self.outcome_weight
-        if w > 0:
-            if self.oc is None:
-                return None
-            return (1 - w) * self.pa / 2 + w * self.oc
-        return self.pa / 2
+        return task_completion(self.pa, self.oc, self.outcome_weight)
+
+    def dimension(self, key: str) -> float | None:
+        return self.tc if key == "TC" else self.scores.get(key)
 
     @property
     def final(self) -> float | None:
-        tc = self.tc
-        if tc is None or self.cp is None or self.vc is None:
-            return None
-        return (100.0 / 3.0) * (ALPHA_TC * 3 * tc + ALPHA_CP * self.cp + ALPHA_VC * self.vc)
+        return final_score(self.tc, self.cp, self.vc)
 
     @property
     def failed(self) -> bool:
         return self.final is None
-
-
-def final_score(pa: int, cp: int, vc: int, oc: int | None = None, w: float = 0.0) -> float:
-    tc = (1 - w) * pa / 2 + (w * oc if w > 0 else 0.0)
-    return (100.0 / 3.0) * (ALPHA_TC * 3 * tc + ALPHA_CP * cp + ALPHA_VC * vc)
 
 
 def load_run_records(run_dirs: list[str | Path]) -> dict[str, list[dict]]:
@@ -74,7 +76,7 @@ def load_run_records(run_dirs: list[str | Path]) -> dict[str, list[dict]]:
         path = d / JUDGMENTS
         if not path.is_file():
             raise FileNotFoundError(f"{path}: not found (is {d} a WorldCast run folder?)")
-        latest = latest_records(read_jsonl(path))
+        latest = latest_records(read_judgments(path))
         grouped: dict[str, list[dict]] = {}
         for rec in latest.values():
             grouped.setdefault(rec["model"], []).append(rec)
@@ -94,12 +96,12 @@ def case_scores(records: list[dict]) -> dict[str, CaseScore]:
         cs = cases.get(cid)
         if cs is None:
             cs = cases[cid] = CaseScore(cid, r["category"], r.get("level") or CATEGORY_LEVEL[r["category"]],
-                                         float(r.get("outcome_weight") or 0.0), None, None, None, None, [])
+                                        float(r.get("outcome_weight") or 0.0))
         m = r["metric"]
-        if m == "STEP":
+        if m not in CASE_METRICS:
             continue
         if r.get("status") == "ok" and r.get("score") is not None:
-            setattr(cs, m.lower(), int(r["score"]))
+            cs.scores[m] = int(r["score"])
         else:
             cs.failed_metrics.append(m)
     return cases
@@ -112,9 +114,7 @@ def _mean(xs: list[float]) -> float | None:
 def summarize_model(records: list[dict], step_accuracy: bool = False) -> dict:
     cases = case_scores(records)
     vals = list(cases.values())
-    tcs = [c.tc * 100 for c in vals if c.tc is not None]
-    cps = [c.cp * 100 / 3 for c in vals if c.cp is not None]
-    vcs = [c.vc * 100 / 3 for c in vals if c.vc is not None]
+    dims = {k: [c.dimension(k) * 100 / d.top for c in vals if c.dimension(k) is not None] for k, d in DIMENSIONS.items()}
     finals = [c.final for c in vals if c.final is not None]
     cats = {}
     for cat in CATEGORY_ORDER:
@@ -123,9 +123,7 @@ def summarize_model(records: list[dict], step_accuracy: bool = False) -> dict:
             cats[cat] = _mean(xs)
     out = {
         "final": _mean(finals),
-        "TC": _mean(tcs),
-        "CP": _mean(cps),
-        "VC": _mean(vcs),
+        **{k: _mean(xs) for k, xs in dims.items()},
         "L3": _mean([c.final for c in vals if c.level == "L3" and c.final is not None]),
         "L4": _mean([c.final for c in vals if c.level == "L4" and c.final is not None]),
         "categories": cats,
@@ -138,6 +136,8 @@ def summarize_model(records: list[dict], step_accuracy: bool = False) -> dict:
     }
     if step_accuracy:
         out["step_accuracy"] = step_accuracy_curve(records)
+        out["step_accuracy_scope"] = sorted({str(r.get("step_scope", "unrecorded")) for r in records
+                                             if METRICS[r["metric"]].per_step})
     return out
 
 
@@ -146,7 +146,7 @@ def step_accuracy_curve(records: list[dict]) -> dict:
     per: dict[int, list[int]] = {}
     failed: dict[int, int] = {}
     for r in records:
-        if r["metric"] != "STEP" or r.get("step") is None:
+        if not METRICS[r["metric"]].per_step or r.get("step") is None:
             continue
         k = int(r["step"])
         if r.get("status") == "ok" and r.get("score") is not None:
@@ -191,43 +191,32 @@ def table_rows(result: dict) -> tuple[list[str], list[list[str]]]:
 # ---------------------------------------------------------------------------
 # Validity tools (paper section 4.4 and Appendix E)
 
-DIMENSIONS = {"overall": "final", "TC": "tc", "CP": "cp", "VC": "vc"}
+VOTE_DIMENSIONS = ("overall",) + tuple(DIMENSIONS)  # what a human vote may compare
 
 
 def pearson(xs: list[float], ys: list[float]) -> float | None:
-    n = len(xs)
-    if n < 2:
+    """Pearson r; None when it is undefined (fewer than two points, or a constant list)."""
+    if len(xs) < 2 or len(set(xs)) < 2 or len(set(ys)) < 2:
         return None
-    mx, my = sum(xs) / n, sum(ys) / n
-    sxx = sum((x - mx) ** 2 for x in xs)
-    syy = sum((y - my) ** 2 for y in ys)
-    if sxx == 0 or syy == 0:
-        return None
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / math.sqrt(sxx * syy)
+    from scipy.stats import pearsonr
+
+    return float(pearsonr(xs, ys).statistic)
 
 
 def kendall_tau(a: list[float], b: list[float]) -> float | None:
-    """Kendall tau-b between two score lists over the same models (ties handled)."""
-    n = len(a)
-    if n < 2:
+    """Kendall tau-b between two score lists over the same models (ties handled); None when undefined."""
+    if len(a) < 2:
         return None
-    conc = disc = ta = tb = 0
-    for i in range(n):
-        for j in range(i + 1, n):
-            da = (a[i] > a[j]) - (a[i] < a[j])
-            db = (b[i] > b[j]) - (b[i] < b[j])
-            if da == 0 and db == 0:
-                continue
-            if da == 0:
-                ta += 1
-            elif db == 0:
-                tb += 1
-            elif da == db:
-                conc += 1
-            else:
-                disc += 1
-    denom = math.sqrt((conc + disc + ta) * (conc + disc + tb))
-    return None if denom == 0 else (conc - disc) / denom
+    from scipy.stats import kendalltau
+
+    tau = float(kendalltau(a, b).statistic)
+    return None if math.isnan(tau) else tau
+
+
+def _vote_value(cs: CaseScore | None, dim: str) -> float | None:
+    if cs is None:
+        return None
+    return cs.final if dim == "overall" else cs.dimension(dim)
 
 
 def _outcome(x: float | None, y: float | None) -> float | None:
@@ -267,8 +256,8 @@ def agreement(run_dirs: list[str | Path], votes_path: str | Path) -> dict:
     votes = read_jsonl(votes_path)
     if not votes:
         raise ValueError(f"{votes_path}: no votes")
-    human: dict[str, dict[str, list[float]]] = {d: {} for d in DIMENSIONS}
-    judge: dict[str, dict[str, list[float]]] = {d: {} for d in DIMENSIONS}
+    human: dict[str, dict[str, list[float]]] = {d: {} for d in VOTE_DIMENSIONS}
+    judge: dict[str, dict[str, list[float]]] = {d: {} for d in VOTE_DIMENSIONS}
     groups: dict[tuple, list[float]] = {}
     for n, v in enumerate(votes, start=1):
         try:
@@ -278,20 +267,19 @@ def agreement(run_dirs: list[str | Path], votes_path: str | Path) -> dict:
             raise ValueError(f"{votes_path} vote {n}: missing field {exc}") from None
         except ValueError as exc:
             raise ValueError(f"{votes_path} vote {n} field 'winner': {exc}") from None
-        if dim not in DIMENSIONS:
-            raise ValueError(f"{votes_path} vote {n} field 'dimension': {dim!r} not in {list(DIMENSIONS)}")
+        if dim not in VOTE_DIMENSIONS:
+            raise ValueError(f"{votes_path} vote {n} field 'dimension': {dim!r} not in {list(VOTE_DIMENSIONS)}")
         for m in (a, b):
             if m not in scores:
                 raise ValueError(f"{votes_path} vote {n}: model {m!r} is not in the run folders ({sorted(scores)})")
         human[dim].setdefault(a, []).append(val)
         human[dim].setdefault(b, []).append(1 - val)
         groups.setdefault((cid, a, b, dim), []).append(val)
-    agree = {d: [0, 0] for d in DIMENSIONS}
+    agree = {d: [0, 0] for d in VOTE_DIMENSIONS}
     skipped = 0
     for (cid, a, b, dim), vals in groups.items():
         ca, cb = scores[a].get(cid), scores[b].get(cid)
-        attr = DIMENSIONS[dim]
-        j = _outcome(getattr(ca, attr) if ca else None, getattr(cb, attr) if cb else None)
+        j = _outcome(_vote_value(ca, dim), _vote_value(cb, dim))
         if j is None:
             skipped += 1
             continue
@@ -302,7 +290,7 @@ def agreement(run_dirs: list[str | Path], votes_path: str | Path) -> dict:
                 agree[dim][1] += 1
                 agree[dim][0] += int(j == winner)
     out: dict = {"dimensions": {}, "n_votes": len(votes), "n_comparisons_without_judge_scores": skipped}
-    for d in DIMENSIONS:
+    for d in VOTE_DIMENSIONS:
         models = sorted(set(human[d]) & set(judge[d]))
         hw = {m: _mean(human[d][m]) for m in models}
         jw = {m: _mean(judge[d][m]) for m in models}
@@ -320,7 +308,7 @@ def judge_swap(run_dirs: list[str | Path]) -> dict:
     """Model ranking under each judge model found in the runs, and Kendall tau between judges (Appendix E)."""
     per_judge: dict[str, dict[str, float]] = {}
     for d in run_dirs:
-        latest = latest_records(read_jsonl(Path(d) / JUDGMENTS))
+        latest = latest_records(read_judgments(Path(d) / JUDGMENTS))
         if not latest:
             raise FileNotFoundError(f"{Path(d) / JUDGMENTS}: no judgments")
         grouped: dict[tuple, list[dict]] = {}

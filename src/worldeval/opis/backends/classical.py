@@ -28,6 +28,7 @@ from worldeval.opis.backends.base import (
     EVIDENCE_COMPLETENESS, EVIDENCE_FEATURE_SCORE, EVIDENCE_FOUND_FOR, ROUTE_FEATURES, ROUTE_TEMPLATE, Backend,
     Correspondences, Observation, mask_box,
 )  # fmt: skip
+from worldeval.opis.backends.mediapipe_pose import load_pose
 from worldeval.opis.perception.association import box_iou
 from worldeval.opis.perception.embedding import EfficientNetColourEmbedder
 
@@ -440,7 +441,8 @@ _INT_OPTIONS = ("feature_max_side", "nfeatures", "template_side", "template_peak
 def build_backend(device: str = "cpu", **options) -> Backend:
     """The classical backend. Options (strings from the command line are converted):
     feature_max_side, nfeatures, template_side, template_peaks, feature_clusters, min_inliers (int),
-    cnn_weight (float, share of the CNN part in the descriptor), scales (comma-separated floats)."""
+    cnn_weight (float, share of the CNN part in the descriptor), scales (comma-separated floats),
+    pose (mediapipe | none: person landmarks for dynamic Structure, eq. 5)."""
     import cv2
     import torch
 
@@ -453,20 +455,26 @@ def build_backend(device: str = "cpu", **options) -> Backend:
                 opts[k] = int(v)
             elif k == "cnn_weight":
                 opts[k] = float(v)
+            elif k == "pose":
+                if v not in ("mediapipe", "none"):
+                    raise ValueError("choose mediapipe or none")
+                opts[k] = v
             elif k == "scales":
                 opts[k] = tuple(float(x) for x in (v.split(",") if isinstance(v, str) else v))
             else:
-                raise ValueError(f"unknown option (known: {', '.join(_INT_OPTIONS + ('cnn_weight', 'scales'))})")
+                raise ValueError(f"unknown option (known: {', '.join(_INT_OPTIONS + ('cnn_weight', 'scales', 'pose'))})")
         except (TypeError, ValueError) as exc:
             raise ValueError(f"classical backend option {k}={v!r}: {exc}") from exc
     matcher = SiftMatcher(feature_max_side=opts.get("feature_max_side", 640), nfeatures=opts.get("nfeatures", 2000))
     seg_opts = {k: opts[k] for k in ("template_side", "scales", "template_peaks", "feature_clusters", "min_inliers") if k in opts}
+    pose, pose_version = (None, "off (pose=none)") if opts.get("pose") == "none" else load_pose()
     return Backend(
         name="classical",
         segmenter=SearchSegmenter(matcher, **seg_opts),
         embedder=EfficientNetColourEmbedder(cnn_weight=opts.get("cnn_weight", 0.7)),
         matcher=matcher,
         depth=None,
-        pose=None,
-        versions={"opencv": cv2.__version__, "torch": torch.__version__, "embedder": "efficientnet-lite0 (ImageNet) + Lab histogram"},
+        pose=pose,
+        versions={"opencv": cv2.__version__, "torch": torch.__version__, "embedder": "efficientnet-lite0 (ImageNet) + Lab histogram",
+                  "pose": pose_version},
     )

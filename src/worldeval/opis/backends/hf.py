@@ -9,8 +9,9 @@ MoGe-2 are not in `transformers`; see docs/backends.md.
 
 Every model is given as a hub id or a local folder and is loaded with
 `local_files_only=True` by default: nothing is downloaded at run time.
-Preprocessing and post-processing are done here with torch/numpy because the
-fast image processors of SAM 2/SAM 3/DINOv3 need torchvision, which we do not use.
+Preprocessing follows each checkpoint's `preprocessor_config.json`
+(hf_preprocess.py): the official image processor where it runs without
+torchvision, our torch version of it where it does not.
 """
 
 from __future__ import annotations
@@ -85,27 +86,6 @@ def model_version(name: str, model) -> str:
     cfg.pop("transformers_version", None)
     digest = hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode()).hexdigest()[:12]
     return f"{type(model).__name__}:{name}@{digest}"
-
-
-def to_pixels(image: np.ndarray, size: tuple[int, int], mean, std, device, dtype=None):
-    """H x W x 3 uint8 RGB -> 1 x 3 x size float tensor, resized (bilinear, antialiased) and normalised."""
-    import torch
-    import torch.nn.functional as F
-
-    if image.ndim != 3 or image.shape[2] != 3:
-        raise ValueError(f"expected an H x W x 3 RGB image, got shape {image.shape}")
-    x = torch.from_numpy(np.require(image, requirements=["C", "W"])).to(device).permute(2, 0, 1)[None].float() / 255.0
-    if tuple(x.shape[-2:]) != tuple(size):
-        x = F.interpolate(x, size=tuple(int(s) for s in size), mode="bilinear", align_corners=False, antialias=True)
-    m = torch.tensor(mean, device=device, dtype=x.dtype).view(1, 3, 1, 1)
-    s = torch.tensor(std, device=device, dtype=x.dtype).view(1, 3, 1, 1)
-    x = (x - m) / s
-    return x.to(dtype) if dtype is not None else x
-
-
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
-HALF = (0.5, 0.5, 0.5)
 
 
 # tuning options and their types: command lines hand them over as strings

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from worldeval.opis.backends.hf import (
+from worldeval.opis.backends.hf import HFBackendError, load_config, load_model, model_version
+from worldeval.opis.backends.hf_preprocess import (
     IMAGENET_MEAN,
-    IMAGENET_STD,
-    HFBackendError,
-    load_config,
-    load_model,
-    model_version,
-    to_pixels,
+    TensorPrep,
+    describe_processor,
+    official_pixels,
+    official_processor,
 )
 
 POOLINGS = ("cls", "mean", "cls+mean")
@@ -38,8 +37,8 @@ def _model_class(option: str, model_type: str):
     return getattr(transformers, table[model_type])
 
 
-def masked_crop(image: np.ndarray, mask: np.ndarray | None, box, context: float) -> np.ndarray:
-    """Square crop around `box` (+`context` of its size each side); outside the mask -> mean colour."""
+def masked_crop(image: np.ndarray, mask: np.ndarray | None, box, context: float, mean=IMAGENET_MEAN) -> np.ndarray:
+    """Square crop around `box` (+`context` of its size each side); outside the mask -> the normalisation mean."""
     H, W = image.shape[:2]
     x, y, w, h = (float(v) for v in box)
     w, h = max(w, 1.0), max(h, 1.0)
@@ -52,7 +51,7 @@ def masked_crop(image: np.ndarray, mask: np.ndarray | None, box, context: float)
         x0, y0 = min(max(0, x0), W - 2), min(max(0, y0), H - 2)
         x1, y1 = x0 + 2, y0 + 2
     crop = image[y0:y1, x0:x1].astype(np.float32)
-    fill = np.array(IMAGENET_MEAN, dtype=np.float32) * 255.0
+    fill = np.array(mean, dtype=np.float32) * 255.0
     if mask is not None:
         m = np.asarray(mask, dtype=bool)[y0:y1, x0:x1]
         if m.any():
@@ -100,7 +99,7 @@ class DinoEmbedder:
         dtype=None,
         local_files_only: bool = True,
         option: str = "dinov3",
-        embed_size: int = 224,
+        embed_size: int | None = None,
         pooling: str = "cls",
         color_weight: float = 0.0,
         embed_batch: int = 16,
@@ -115,16 +114,37 @@ class DinoEmbedder:
         self.name = option
         self.device, self.dtype = device, dtype
         self.model = load_model(option, cls, model_name, device, dtype, local_files_only)
-        patch = self.model.config.patch_size
-        patch = int(patch[0] if isinstance(patch, (list, tuple)) else patch)
-        # the ViT needs a whole number of patches
-        self.embed_size = max(patch, int(round(int(embed_size) / patch)) * patch)
+        self._setup_preprocessing(option, cfg.model_type, model_name, local_files_only, embed_size)
         self.pooling = pooling
         self.color_weight = float(color_weight)
         self.batch = max(1, int(embed_batch))
         self.context = float(context)
         self.num_prefix = 1 + int(getattr(self.model.config, "num_register_tokens", 0) or 0)
-        self.versions = {"embedder": model_version(model_name, self.model) + f"[{pooling},cw={self.color_weight:g}]"}
+        self.versions = {"embedder": model_version(model_name, self.model) + f"[{pooling},cw={self.color_weight:g}]",
+                         "embedder_preprocessing": self.prep_description}  # fmt: skip
+
+    def _setup_preprocessing(self, option, model_type, model_name, local_files_only, embed_size) -> None:
+        """The checkpoint's own preprocessing; `embed_size` (a departure from it) forces a square input side."""
+        patch = self.model.config.patch_size
+        patch = int(patch[0] if isinstance(patch, (list, tuple)) else patch)
+        side = None if embed_size is None else max(patch, int(round(int(embed_size) / patch)) * patch)
+        if model_type == "dinov3_vit":
+            self.prep = TensorPrep.from_checkpoint(option, model_type, model_name, local_files_only)
+            self.processor, self.mean = None, self.prep.mean
+            self.size = (side, side) if side else self.prep.size
+            self.prep_description = self.prep.describe() + (f" resized to {side}" if side else "")
+        else:
+            self.processor = official_processor(option, model_type, model_name, local_files_only)
+            # with `embed_size`, the whole crop at side x side: no centre crop cutting the object's edges
+            self.size = {"size": {"height": side, "width": side}, "do_center_crop": False} if side else {}
+            self.prep, self.mean = None, tuple(self.processor.image_mean)
+            self.prep_description = describe_processor(self.processor) + (f" resized to {side}" if side else "")
+
+    def pixels(self, crops: list[np.ndarray]):
+        """N x 3 x h x w model input for uint8 crops."""
+        if self.processor is not None:
+            return official_pixels(self.processor, crops, self.device, self.dtype, **self.size)
+        return self.prep(crops, self.device, self.dtype, size=self.size)
 
     @property
     def dim(self) -> int:
@@ -152,18 +172,14 @@ class DinoEmbedder:
             raise ValueError(f"embed: {len(masks)} masks but {len(boxes)} boxes")
         if len(boxes) == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
-        size = (self.embed_size, self.embed_size)
         feats = []
         with torch.inference_mode():
             for s in range(0, len(boxes), self.batch):
                 crops = [
-                    masked_crop(image, masks[i], boxes[i], self.context)
+                    masked_crop(image, masks[i], boxes[i], self.context, self.mean).round().astype(np.uint8)
                     for i in range(s, min(len(boxes), s + self.batch))
                 ]
-                px = torch.cat(
-                    [to_pixels(c.astype(np.uint8), size, IMAGENET_MEAN, IMAGENET_STD, self.device, self.dtype) for c in crops]
-                )
-                feats.append(self._pool(self.model(pixel_values=px)).cpu().numpy())
+                feats.append(self._pool(self.model(pixel_values=self.pixels(crops))).cpu().numpy())
         dino = np.concatenate(feats).astype(np.float32)
         if self.color_weight > 0:
             col = np.stack([color_histogram(image, masks[i], boxes[i]) for i in range(len(boxes))])

@@ -12,16 +12,8 @@ import math
 import numpy as np
 
 from worldeval.opis.backends.base import Correspondences
-from worldeval.opis.backends.hf import (
-    HALF,
-    IMAGENET_MEAN,
-    IMAGENET_STD,
-    HFBackendError,
-    load_config,
-    load_model,
-    model_version,
-    to_pixels,
-)
+from worldeval.opis.backends.hf import HFBackendError, load_config, load_model, model_version
+from worldeval.opis.backends.hf_preprocess import TensorPrep, describe_processor, official_pixels, official_processor
 
 # relative (affine-invariant) disparity is mapped to depths in [1, 1 / RELATIVE_NEAR]
 RELATIVE_NEAR = 0.1
@@ -33,6 +25,16 @@ def _resize_map(x, size: tuple[int, int]) -> np.ndarray:
     return F.interpolate(x[None, None].float(), size=size, mode="bilinear", align_corners=False)[0, 0].cpu().numpy()
 
 
+def _normalise(d: np.ndarray) -> np.ndarray:
+    """Robustly to [0, 1] (1st to 99th percentile); non-finite values count as the low end."""
+    d = np.asarray(d, dtype=np.float64)
+    finite = np.isfinite(d)
+    if not finite.any():
+        return np.zeros(d.shape)
+    lo, hi = np.percentile(d[finite], [1, 99])
+    return np.clip((np.where(finite, d, lo) - lo) / (hi - lo), 0.0, 1.0) if hi > lo else np.zeros_like(d)
+
+
 def disparity_to_depth(disp: np.ndarray) -> np.ndarray:
     """Relative disparity -> positive relative depth: robustly normalised to [0, 1], then inverted.
 
@@ -40,13 +42,24 @@ def disparity_to_depth(disp: np.ndarray) -> np.ndarray:
     and shift; this keeps the order of depths (what occlusion reasoning needs)
     and bounds the range, with the far end at 1 / RELATIVE_NEAR times the near end.
     """
-    d = np.asarray(disp, dtype=np.float64)
-    finite = np.isfinite(d)
-    if not finite.any():
-        return np.full(d.shape, 1.0 / RELATIVE_NEAR, dtype=np.float32)
-    lo, hi = np.percentile(d[finite], [1, 99])
-    dn = np.clip((np.where(finite, d, lo) - lo) / (hi - lo), 0.0, 1.0) if hi > lo else np.zeros_like(d)
-    return (1.0 / (RELATIVE_NEAR + (1.0 - RELATIVE_NEAR) * dn)).astype(np.float32)
+    if not np.isfinite(np.asarray(disp, dtype=np.float64)).any():
+        return np.full(np.shape(disp), 1.0 / RELATIVE_NEAR, dtype=np.float32)
+    return (1.0 / (RELATIVE_NEAR + (1.0 - RELATIVE_NEAR) * _normalise(disp))).astype(np.float32)
+
+
+def relative_to_depth(rel: np.ndarray) -> np.ndarray:
+    """Relative depth (larger is farther, unknown scale and shift) -> depths in [1, 1 / RELATIVE_NEAR], same order."""
+    return (1.0 + (1.0 / RELATIVE_NEAR - 1.0) * _normalise(rel)).astype(np.float32)
+
+
+# config model_type -> (transformers class, what its output means without extra input)
+DEPTH_MODELS = {
+    "depth_pro": ("DepthProForDepthEstimation", "inverse depth"),
+    "depth_anything": ("DepthAnythingForDepthEstimation", "disparity"),
+    # without a prompt depth map, Prompt Depth Anything predicts relative depth (its head is trained on
+    # prompt-normalised depth, not disparity), so it is not inverted
+    "prompt_depth_anything": ("PromptDepthAnythingForDepthEstimation", "relative depth"),
+}
 
 
 class HFDepthEstimator:
@@ -57,76 +70,65 @@ class HFDepthEstimator:
 
         cfg = load_config("depth", model_name, local_files_only)
         self.kind = cfg.model_type
-        if self.kind == "depth_pro":
-            cls = transformers.DepthProForDepthEstimation
-        elif self.kind in ("depth_anything", "prompt_depth_anything"):
-            cls = transformers.DepthAnythingForDepthEstimation
-        else:
-            raise HFBackendError("depth", model_name, f"expected DepthPro or Depth Anything, got model_type {self.kind!r}")
+        if self.kind not in DEPTH_MODELS:
+            raise HFBackendError("depth", model_name, f"expected one of {sorted(DEPTH_MODELS)}, got model_type {self.kind!r}")
+        cls = getattr(transformers, DEPTH_MODELS[self.kind][0])
         self.name = self.kind
         self.device, self.dtype = device, dtype
         self.model = load_model("depth", cls, model_name, device, dtype, local_files_only)
         c = self.model.config
         if self.kind == "depth_pro":
+            self.prep, self.processor = TensorPrep.from_checkpoint("depth", "depth_pro", model_name, local_files_only), None
             # DepthPro runs at a fixed size: its patch encoder tiles the image at the configured ratios
             side = int(round(c.patch_size / min(c.scaled_images_ratios)))
-            self.fixed = (side, side)
+            self.prep.check_size("depth", (side, side), "patch_size / min(scaled_images_ratios)")
             self.metric = bool(c.use_fov_model)
+            described = self.prep.describe()
         else:
-            self.fixed = None
-            self.patch = int(c.patch_size if not isinstance(c.patch_size, (list, tuple)) else c.patch_size[0])
-            self.short_side = int(depth_size or 518)
+            self.prep, self.processor = None, official_processor("depth", self.kind, model_name, local_files_only)
+            self.call_kwargs = {"size": {"height": int(depth_size), "width": int(depth_size)}} if depth_size else {}
             self.metric = getattr(c, "depth_estimation_type", "relative") == "metric"
-        self.versions = {"depth": model_version(model_name, self.model)}
+            described = describe_processor(self.processor) + (f" size {depth_size}" if depth_size else "")
+        self.versions = {"depth": model_version(model_name, self.model), "depth_preprocessing": described}
 
-    def _input_size(self, H: int, W: int) -> tuple[int, int]:
-        if self.fixed is not None:
-            return self.fixed
-        s = self.short_side / min(H, W)
-        p = self.patch
-        return max(p, int(round(H * s / p)) * p), max(p, int(round(W * s / p)) * p)
+    def _pixels(self, image: np.ndarray):
+        if self.prep is not None:
+            return self.prep(image, self.device, self.dtype)
+        return official_pixels(self.processor, [image], self.device, self.dtype, **self.call_kwargs)
 
     def estimate(self, image: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         import torch
 
         H, W = image.shape[:2]
-        size = self._input_size(H, W)
-        mean, std = (HALF, HALF) if self.kind == "depth_pro" else (IMAGENET_MEAN, IMAGENET_STD)
-        px = to_pixels(image, size, mean, std, self.device, self.dtype)
         with torch.inference_mode():
-            out = self.model(pixel_values=px)
+            out = self.model(pixel_values=self._pixels(image))
         pred = out.predicted_depth[0].float()
         K = None
         if self.kind == "depth_pro":
-            fov = getattr(out, "field_of_view", None)
-            fov_deg = float(fov.reshape(-1)[0]) if fov is not None else float("nan")
-            inv = pred
-            if math.isfinite(fov_deg) and 1.0 < fov_deg < 179.0:
-                f = 0.5 * W / math.tan(math.radians(fov_deg) / 2)
-                # canonical inverse depth -> metric inverse depth at this image width
-                inv = pred * (W / f)
-                K = np.array([[f, 0, (W - 1) / 2], [0, f, (H - 1) / 2], [0, 0, 1]], dtype=np.float64)
-            inv_full = _resize_map(inv, (H, W))
-            # without a focal length the inverse depth has no scale: treat it like relative disparity
-            depth = 1.0 / np.clip(inv_full, 1e-4, 1e4) if K is not None else disparity_to_depth(inv_full)
+            depth, K = self._depth_pro(out, pred, H, W)
         elif self.metric:
             depth = np.clip(_resize_map(pred, (H, W)), 1e-3, None)
+        elif self.kind == "prompt_depth_anything":
+            depth = relative_to_depth(_resize_map(pred, (H, W)))
         else:
             depth = disparity_to_depth(_resize_map(pred, (H, W)))
         depth = np.where(np.isfinite(depth), depth, 1.0 / RELATIVE_NEAR).astype(np.float32)
         return depth, K
 
-
-def _gray_pixels(image: np.ndarray, size: tuple[int, int], device, dtype=None):
-    """Both matchers read luminance only, in [0, 1], as 3 equal channels."""
-    import torch
-    import torch.nn.functional as F
-
-    x = torch.from_numpy(np.require(image, requirements=["C", "W"])).to(device).permute(2, 0, 1)[None].float() / 255.0
-    g = 0.2989 * x[:, 0] + 0.5870 * x[:, 1] + 0.1140 * x[:, 2]
-    g = F.interpolate(g[:, None], size=size, mode="bilinear", align_corners=False, antialias=True)
-    g = g.repeat(1, 3, 1, 1)
-    return g.to(dtype) if dtype is not None else g
+    @staticmethod
+    def _depth_pro(out, pred, H: int, W: int):
+        fov = getattr(out, "field_of_view", None)
+        fov_deg = float(fov.reshape(-1)[0]) if fov is not None else float("nan")
+        inv, K = pred, None
+        if math.isfinite(fov_deg) and 1.0 < fov_deg < 179.0:
+            f = 0.5 * W / math.tan(math.radians(fov_deg) / 2)
+            # canonical inverse depth -> metric inverse depth at this image width
+            inv = pred * (W / f)
+            K = np.array([[f, 0, (W - 1) / 2], [0, f, (H - 1) / 2], [0, 0, 1]], dtype=np.float64)
+        inv_full = _resize_map(inv, (H, W))
+        # without a focal length the inverse depth has no scale: treat it like relative disparity
+        depth = 1.0 / np.clip(inv_full, 1e-4, 1e4) if K is not None else disparity_to_depth(inv_full)
+        return depth, K
 
 
 def _inside(mask: np.ndarray | None, pts: np.ndarray) -> np.ndarray:
@@ -139,7 +141,14 @@ def _inside(mask: np.ndarray | None, pts: np.ndarray) -> np.ndarray:
 
 
 class HFMatcher:
-    """Point correspondences from LightGlue (SuperPoint keypoints) or EfficientLoFTR (semi-dense)."""
+    """Point correspondences from LightGlue (SuperPoint keypoints) or EfficientLoFTR (semi-dense).
+
+    In float16/bfloat16 LightGlue keeps its weights in float32 and runs its
+    attention under autocast, with the SuperPoint detector outside it: a cast of
+    the keypoints themselves to bfloat16 would put them on a grid of 1/256 of the
+    image side (2.5 px at 640 px). EfficientLoFTR's points come from cell indices
+    here, so it runs wholly in the reduced precision.
+    """
 
     # No keypoints of I0 alone: the keypoint-support check of template finds does not run (see the run manifest).
     detects_keypoints = False
@@ -150,10 +159,11 @@ class HFMatcher:
         device,
         dtype=None,
         local_files_only: bool = True,
-        match_long_side: int = 640,
+        match_long_side: int | None = None,
         min_match_score: float = 0.0,
         max_matches: int = 4096,
     ):
+        import torch
         import transformers
 
         cfg = load_config("matcher", model_name, local_files_only)
@@ -168,34 +178,64 @@ class HFMatcher:
         else:
             raise HFBackendError("matcher", model_name, f"expected LightGlue or EfficientLoFTR, got model_type {self.kind!r}")
         self.name = self.kind
-        self.device, self.dtype = device, dtype
-        self.model = load_model("matcher", cls, model_name, device, dtype, local_files_only)
-        self.long_side = int(match_long_side)
+        self.device = device
+        half = dtype is not None and dtype != torch.float32
+        self.autocast = dtype if (half and self.kind == "lightglue") else None
+        self.dtype = None if self.autocast is not None else dtype
+        self.model = load_model("matcher", cls, model_name, device, self.dtype, local_files_only)
+        if self.autocast is not None:
+            self._detector_in_fp32()
+        self.processor = official_processor("matcher", self.kind, model_name, local_files_only)
+        self.long_side = int(match_long_side) if match_long_side else None
         self.min_score = float(min_match_score)
         self.max_matches = int(max_matches)
-        self.versions = {"matcher": model_version(model_name, self.model)}
+        self.versions = {"matcher": model_version(model_name, self.model) + (f"[autocast {dtype}]" if self.autocast else ""),
+                         "matcher_preprocessing": describe_processor(self.processor)
+                         + (f" long side {self.long_side}" if self.long_side else "")}  # fmt: skip
 
     def keypoints_in(self, image: np.ndarray, mask: np.ndarray) -> None:
         return None
 
-    def _input_size(self, H: int, W: int) -> tuple[int, int]:
+    def _detector_in_fp32(self) -> None:
+        import torch
+
+        det = self.model.keypoint_detector
+        forward = det.forward
+        device_type = torch.device(self.device).type
+
+        def fp32_forward(pixel_values, *args, **kwargs):
+            with torch.autocast(device_type, enabled=False):
+                return forward(pixel_values.float(), *args, **kwargs)
+
+        det.forward = fp32_forward
+
+    def _input_size(self, H: int, W: int) -> tuple[int, int] | None:
+        if self.long_side is None:
+            return None  # the checkpoint's configured size
         s = self.long_side / max(H, W)
         m = self.multiple
         return max(m, int(round(H * s / m)) * m), max(m, int(round(W * s / m)) * m)
 
-    def match(self, img0, img1, mask0=None, mask1=None) -> Correspondences:
+    def _forward(self, img0, img1):
         import torch
 
+        size = self._input_size(*img0.shape[:2])
+        kw = {"size": {"height": size[0], "width": size[1]}} if size else {}
+        px = official_pixels(self.processor, [[img0, img1]], self.device, self.dtype, **kw)
+        h, w = px.shape[-2:]
+        with torch.inference_mode():
+            if self.autocast is None:
+                return self.model(pixel_values=px), h, w
+            with torch.autocast(torch.device(self.device).type, dtype=self.autocast):
+                return self.model(pixel_values=px.float()), h, w
+
+    def match(self, img0, img1, mask0=None, mask1=None) -> Correspondences:
         (H0, W0), (H1, W1) = img0.shape[:2], img1.shape[:2]
         for k, (m, shape) in enumerate(((mask0, (H0, W0)), (mask1, (H1, W1)))):
             if m is not None and tuple(np.shape(m)[:2]) != shape:
                 raise ValueError(f"match: mask{k} is {np.shape(m)[:2]} but image{k} is {shape}")
-        # both images of a pair share one tensor, so one input size (from the first image's aspect)
-        h, w = self._input_size(H0, W0)
-        px = torch.stack([_gray_pixels(img0, (h, w), self.device, self.dtype)[0],
-                          _gray_pixels(img1, (h, w), self.device, self.dtype)[0]])[None]  # fmt: skip
-        with torch.inference_mode():
-            out = self.model(pixel_values=px)
+        # both images of a pair share one tensor, so one input size
+        out, h, w = self._forward(img0, img1)
         if self.kind == "lightglue":
             p0, p1, sc = self._lightglue_pairs(out)
         else:

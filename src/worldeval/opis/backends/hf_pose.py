@@ -12,7 +12,8 @@ import re
 import numpy as np
 
 from worldeval.opis.backends.base import Keypoints
-from worldeval.opis.backends.hf import IMAGENET_MEAN, IMAGENET_STD, HFBackendError, load_model, model_version
+from worldeval.opis.backends.hf import HFBackendError, load_model, model_version
+from worldeval.opis.backends.hf_preprocess import describe_processor, official_pixels, official_processor
 
 # COCO-17 person skeleton (0 nose, 1-2 eyes, 3-4 ears, 5-6 shoulders, 7-8 elbows, 9-10 wrists,
 # 11-12 hips, 13-14 knees, 15-16 ankles)
@@ -61,42 +62,29 @@ def category_kind(category: str | None) -> str | None:
     return None
 
 
-def box_to_center_scale(box, aspect: float, padding: float = 1.25) -> tuple[np.ndarray, np.ndarray]:
-    """Centre and size (w, h) of the crop window: the box padded and widened to the model's aspect (w / h)."""
-    x, y, w, h = (float(v) for v in box)
-    c = np.array([x + w / 2, y + h / 2], dtype=np.float64)
-    if w > aspect * h:
-        h = w / aspect
-    else:
-        w = h * aspect
-    return c, np.array([w, h], dtype=np.float64) * padding
+# ViTPose++ experts by dataset (transformers' VitPose docs): COCO 0, AiC 1, MPII 2, AP-10K 3, APT-36K 4,
+# COCO-WholeBody 5. COCO and AP-10K are the 17-keypoint sets whose skeletons are above.
+COCO_DATASET_INDEX = 0
+AP10K_DATASET_INDEX = 3
+COCO_PERSON_LABELS = {"Nose", "L_Eye", "R_Eye", "L_Shoulder", "R_Shoulder", "L_Hip", "R_Hip", "L_Ankle", "R_Ankle"}
 
 
-def decode_heatmaps(heatmaps: np.ndarray, center: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """J x h x w heatmaps -> (J x 2 image coordinates, J peak values).
-
-    The arg-max is refined a quarter pixel towards the higher neighbour, then the
-    heatmap grid (pixel centres) is mapped linearly onto the crop window.
-    """
-    J, hh, ww = heatmaps.shape
-    flat = heatmaps.reshape(J, -1)
-    idx = flat.argmax(1)
-    conf = flat[np.arange(J), idx]
-    px = (idx % ww).astype(np.float64)
-    py = (idx // ww).astype(np.float64)
-    for j in range(J):
-        ix, iy = int(px[j]), int(py[j])
-        if 0 < ix < ww - 1:
-            px[j] += 0.25 * np.sign(heatmaps[j, iy, ix + 1] - heatmaps[j, iy, ix - 1])
-        if 0 < iy < hh - 1:
-            py[j] += 0.25 * np.sign(heatmaps[j, iy + 1, ix] - heatmaps[j, iy - 1, ix])
-    x = center[0] - size[0] / 2 + (px + 0.5) * size[0] / ww
-    y = center[1] - size[1] / 2 + (py + 0.5) * size[1] / hh
-    return np.stack([x, y], 1), conf.astype(np.float64)
+def has_coco_person_head(config) -> bool:
+    """Whether the checkpoint declares COCO person joints (its id2label), whatever its experts."""
+    labels = set((getattr(config, "id2label", None) or {}).values())
+    return len(labels & COCO_PERSON_LABELS) >= 5
 
 
 class VitPoseEstimator:
-    """Top-down landmarks for a person or animal box; `supports` says which categories it covers."""
+    """Top-down landmarks for a person or animal box; `supports` says which categories it covers.
+
+    People go to the `human` model with ViTPose++'s COCO expert; animals to the
+    `animal` model (an AP-10K head) with the AP-10K expert when it has experts.
+    The ViTPose++ checkpoints in transformers keep only the COCO person head
+    (the other datasets' heads are dropped in conversion), so one of them given
+    as the animal model is refused: animal joints read off a person head would be
+    wrong, not missing. Any other category gets no pose.
+    """
 
     name = "vitpose"
 
@@ -108,8 +96,8 @@ class VitPoseEstimator:
         dtype=None,
         local_files_only: bool = True,
         pose_min_conf: float = 0.0,
-        human_dataset_index: int = 0,
-        animal_dataset_index: int = 0,
+        human_dataset_index: int = COCO_DATASET_INDEX,
+        animal_dataset_index: int = AP10K_DATASET_INDEX,
     ):
         from transformers import VitPoseForPoseEstimation
 
@@ -122,11 +110,20 @@ class VitPoseEstimator:
             option = "vitpose" if kind == "person" else "vitpose_animal"
             model = load_model(option, VitPoseForPoseEstimation, name, device, dtype, local_files_only)
             J = int(model.config.num_labels)
-            edges = COCO_EDGES if kind == "person" else AP10K_EDGES
             if J != 17:
                 raise HFBackendError(option, name, f"expected a 17-keypoint head (COCO / AP-10K), got {J} keypoints")
-            self.models[kind] = (model, edges, int(ds))
-            self.versions[f"pose_{kind}"] = model_version(name, model)
+            if kind == "animal" and has_coco_person_head(model.config):
+                raise HFBackendError(option, name, "its head declares COCO person joints (config id2label): it cannot "
+                                     "place animal joints; give an AP-10K ViTPose checkpoint")  # fmt: skip
+            experts = int(getattr(model.config.backbone_config, "num_experts", 1))
+            if experts > 1 and not 0 <= int(ds) < experts:
+                raise HFBackendError(f"{'human' if kind == 'person' else 'animal'}_dataset_index", ds,
+                                     f"{name} has {experts} experts")  # fmt: skip
+            processor = official_processor(option, "vitpose", name, local_files_only)
+            self.models[kind] = (model, COCO_EDGES if kind == "person" else AP10K_EDGES, int(ds) if experts > 1 else None,
+                                 processor)  # fmt: skip
+            self.versions[f"pose_{kind}"] = model_version(name, model) + (f"[dataset_index={ds}]" if experts > 1 else "")
+            self.versions[f"pose_{kind}_preprocessing"] = describe_processor(processor)
         self.min_conf = float(pose_min_conf)
 
     def supports(self, category: str) -> bool:
@@ -134,39 +131,26 @@ class VitPoseEstimator:
         return kind is not None and kind in self.models
 
     def keypoints(self, image: np.ndarray, box, category: str | None = None) -> Keypoints | None:
-        import cv2
         import torch
 
-        kind = category_kind(category) if category else None
+        kind = category_kind(category)
         if kind not in self.models:
-            kind = "person" if "person" in self.models else next(iter(self.models), None)
-        if kind is None:
-            return None
-        model, edges, ds = self.models[kind]
+            return None  # no model for this category: no pose, never another category's skeleton
+        model, edges, ds, processor = self.models[kind]
         H, W = image.shape[:2]
         x, y, w, h = (float(v) for v in box)
         x0, y0, x1, y1 = max(0.0, x), max(0.0, y), min(float(W), x + w), min(float(H), y + h)
         if x1 - x0 < 2 or y1 - y0 < 2:
             return None
-        ih, iw = (int(v) for v in model.config.backbone_config.image_size)
-        center, size = box_to_center_scale((x0, y0, x1 - x0, y1 - y0), iw / ih)
-        # affine map from the crop window to the model input (pixel centres to pixel centres)
-        sx, sy = iw / size[0], ih / size[1]
-        M = np.array(
-            [[sx, 0, -(center[0] - size[0] / 2) * sx + 0.5 * sx - 0.5], [0, sy, -(center[1] - size[1] / 2) * sy + 0.5 * sy - 0.5]],
-            dtype=np.float64,
-        )
-        crop = cv2.warpAffine(image, M, (iw, ih), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=0)
-        x_t = torch.from_numpy(crop).to(self.device).permute(2, 0, 1)[None].float() / 255.0
-        mean = torch.tensor(IMAGENET_MEAN, device=self.device).view(1, 3, 1, 1)
-        std = torch.tensor(IMAGENET_STD, device=self.device).view(1, 3, 1, 1)
-        x_t = ((x_t - mean) / std).to(self.dtype or torch.float32)
-        kwargs = {}
-        if int(getattr(model.config.backbone_config, "num_experts", 1)) > 1:
-            kwargs["dataset_index"] = torch.tensor([ds], device=self.device)
+        boxes = [[[x0, y0, x1 - x0, y1 - y0]]]
+        px = official_pixels(processor, [image], self.device, self.dtype, boxes=boxes)
+        kwargs = {} if ds is None else {"dataset_index": torch.tensor([ds], device=self.device)}
         with torch.inference_mode():
-            heat = model(pixel_values=x_t, **kwargs).heatmaps[0].float().cpu().numpy()
-        xy, conf = decode_heatmaps(heat, center, size)
+            out = model(pixel_values=px, **kwargs)
+        out.heatmaps = out.heatmaps.float()
+        res = processor.post_process_pose_estimation(out, boxes=boxes)[0][0]
+        xy = res["keypoints"].numpy().astype(np.float64)
+        conf = res["scores"].numpy().astype(np.float64).reshape(-1)
         # a landmark outside the object's box is a detection error, not a body part
         xy[:, 0] = np.clip(xy[:, 0], x0, x1 - 1e-6)
         xy[:, 1] = np.clip(xy[:, 1], y0, y1 - 1e-6)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from worldeval.opis.backends.base import Observation
-from worldeval.opis.backends.hf import HALF, IMAGENET_MEAN, IMAGENET_STD, load_model, model_version, to_pixels
+from worldeval.opis.backends.hf import load_model, model_version
+from worldeval.opis.backends.hf_preprocess import TensorPrep
 
 
 def _square_size(value) -> tuple[int, int]:
@@ -53,24 +54,35 @@ def _greedy_dedupe(lowres: list[np.ndarray], scores: list[float], iou: float) ->
     return kept
 
 
-def _upsample_masks(logits, size: tuple[int, int], logit_threshold: float, chunk: int = 8) -> list[np.ndarray]:
+def _upsample_masks(logits, size: tuple[int, int], threshold: float, probabilities: bool = False,
+                    chunk: int = 8) -> list[np.ndarray]:
     """N x h x w mask logits (torch) -> N boolean H x W masks, bilinear over the whole (stretched) frame.
 
-    Thresholding happens on the device, chunk by chunk, so a frame's worth of
-    full-resolution float masks never sits in memory at once.
+    `probabilities`: resize sigmoid(logits) and threshold those (SAM 3's official
+    post-processing), instead of resizing the logits (SAM 2's). Thresholding
+    happens on the device, chunk by chunk, so a frame's worth of full-resolution
+    float masks never sits in memory at once.
     """
     import torch.nn.functional as F
 
     out: list[np.ndarray] = []
     for s in range(0, logits.shape[0], chunk):
         part = logits[s : s + chunk, None].float()
+        if probabilities:
+            part = part.sigmoid()
         up = F.interpolate(part, size=size, mode="bilinear", align_corners=False)[:, 0]
-        out.extend(m for m in (up > logit_threshold).cpu().numpy())
+        out.extend(m for m in (up > threshold).cpu().numpy())
     return out
 
 
 class Sam3Segmenter:
-    """`Sam3Model` prompted with each noun phrase of the case; one observation per kept query."""
+    """`Sam3Model` prompted with each noun phrase of the case; one observation per kept query.
+
+    `score_threshold` 0.3 and `mask_threshold` 0.5 are the defaults of the official
+    post-processing (`Sam3Processor.post_process_instance_segmentation`): a query's
+    score is sigmoid(class logit) x sigmoid(presence logit), its mask the resized
+    mask probability above 0.5.
+    """
 
     name = "sam3"
     evidence: frozenset[str] = frozenset()  # open detections: no instance search, no keypoint clusters
@@ -81,7 +93,7 @@ class Sam3Segmenter:
         device,
         dtype=None,
         local_files_only: bool = True,
-        score_threshold: float = 0.5,
+        score_threshold: float = 0.3,
         mask_threshold: float = 0.5,
         dedupe_iou: float = 0.7,
         max_observations: int = 64,
@@ -99,7 +111,8 @@ class Sam3Segmenter:
         except Exception as exc:  # noqa: BLE001
             raise HFBackendError("sam3", model_name, f"cannot load the SAM 3 text tokenizer: {exc}") from exc
         cfg = self.model.config
-        self.input_size = _square_size(cfg.vision_config.backbone_config.image_size)
+        self.prep = TensorPrep.from_checkpoint("sam3", "sam3", model_name, local_files_only)
+        self.prep.check_size("sam3", _square_size(cfg.vision_config.backbone_config.image_size), "vision image_size")
         self.max_text_len = int(getattr(cfg.text_config, "max_position_embeddings", 32))
         self.score_threshold = float(score_threshold)
         self.mask_threshold = float(mask_threshold)
@@ -108,7 +121,7 @@ class Sam3Segmenter:
         self.phrase_batch = max(1, int(phrase_batch))
         self.min_area_frac = float(min_area_frac)
         self._text: dict[str, tuple] = {}  # phrase -> (prompt features 1 x L x D, attention mask 1 x L)
-        self.versions = {"segmenter": model_version(model_name, self.model)}
+        self.versions = {"segmenter": model_version(model_name, self.model), "segmenter_preprocessing": self.prep.describe()}
 
     def _text_features(self, phrases: list[str]):
         import torch
@@ -129,25 +142,34 @@ class Sam3Segmenter:
         return feats, masks
 
     def observe(self, frame: np.ndarray, phrases: list[str], reference=None) -> list[Observation]:
+        return self.observe_batch([frame], phrases, reference)[0]
+
+    def observe_batch(self, frames: list[np.ndarray], phrases: list[str], reference=None) -> list[list[Observation]]:
+        """`observe` for several frames, their images encoded in one batch (the costly part of SAM 3)."""
+        import torch
+
+        phrases = [p.strip() for p in dict.fromkeys(phrases) if p and p.strip()]
+        if not phrases or not len(frames):
+            return [[] for _ in frames]
+        with torch.inference_mode():
+            vis = self.model.get_vision_features(pixel_values=self.prep(list(frames), self.device, self.dtype))
+        return [self._frame_observations(frame, vis, b, phrases) for b, frame in enumerate(frames)]
+
+    def _candidates(self, vis, b: int, phrases: list[str]) -> list[tuple[float, str, object]]:
+        """(score, phrase, low-res mask logits) of every query above the score threshold, frame `b` of `vis`."""
         import torch
         from transformers.modeling_outputs import BaseModelOutputWithPooling
 
-        phrases = [p.strip() for p in dict.fromkeys(phrases) if p and p.strip()]
-        if not phrases:
-            return []
-        H, W = frame.shape[:2]
-        px = to_pixels(frame, self.input_size, HALF, HALF, self.device, self.dtype)
-        cands: list[tuple[float, str, np.ndarray]] = []  # score, phrase, low-res logits
+        cands = []
         with torch.inference_mode():
-            vis = self.model.get_vision_features(pixel_values=px)
             for start in range(0, len(phrases), self.phrase_batch):
                 chunk = phrases[start : start + self.phrase_batch]
                 n = len(chunk)
                 feats, am = self._text_features(chunk)
                 # one image, n prompts: the image features are shared, not recomputed
                 ve = type(vis)(
-                    fpn_hidden_states=tuple(h.expand(n, *h.shape[1:]) for h in vis.fpn_hidden_states),
-                    fpn_position_encoding=tuple(p.expand(n, *p.shape[1:]) for p in vis.fpn_position_encoding),
+                    fpn_hidden_states=tuple(h[b : b + 1].expand(n, *h.shape[1:]) for h in vis.fpn_hidden_states),
+                    fpn_position_encoding=tuple(p[b : b + 1].expand(n, *p.shape[1:]) for p in vis.fpn_position_encoding),
                 )
                 out = self.model(
                     vision_embeds=ve, text_embeds=BaseModelOutputWithPooling(pooler_output=feats), attention_mask=am
@@ -156,9 +178,15 @@ class Sam3Segmenter:
                 if out.presence_logits is not None:
                     scores = scores * out.presence_logits.float().sigmoid()
                 for k, phrase in enumerate(chunk):
-                    keep = torch.nonzero(scores[k] > self.score_threshold).flatten()
-                    for q in keep.tolist():
+                    for q in torch.nonzero(scores[k] > self.score_threshold).flatten().tolist():
                         cands.append((float(scores[k, q]), phrase, out.pred_masks[k, q].float()))
+        return cands
+
+    def _frame_observations(self, frame: np.ndarray, vis, b: int, phrases: list[str]) -> list[Observation]:
+        import torch
+
+        H, W = frame.shape[:2]
+        cands = self._candidates(vis, b, phrases)
         if not cands:
             return []
         cands.sort(key=lambda c: -c[0])
@@ -167,9 +195,7 @@ class Sam3Segmenter:
         kept = _greedy_dedupe(lowres, [c[0] for c in cands], self.dedupe_iou)[: self.max_observations]
         if not kept:
             return []
-        logits = torch.stack([cands[i][2] for i in kept])
-        t = min(max(self.mask_threshold, 1e-6), 1 - 1e-6)
-        masks = _upsample_masks(logits, (H, W), float(np.log(t / (1 - t))))  # sigmoid(x) > t  <=>  x > logit(t)
+        masks = _upsample_masks(torch.stack([cands[i][2] for i in kept]), (H, W), self.mask_threshold, probabilities=True)
         obs = []
         min_area = self.min_area_frac * H * W
         for row, i in enumerate(kept):
@@ -231,7 +257,9 @@ class Sam2Segmenter:
 
         self.device, self.dtype = device, dtype
         self.model = load_model("sam2", Sam2Model, model_name, device, dtype, local_files_only)
-        self.input_size = _square_size(self.model.config.prompt_encoder_config.image_size)
+        self.prep = TensorPrep.from_checkpoint("sam2", "sam2", model_name, local_files_only)
+        self.prep.check_size("sam2", _square_size(self.model.config.prompt_encoder_config.image_size), "prompt image_size")
+        self.input_size = self.prep.size
         self.points_per_side = int(points_per_side)
         self.iou_threshold = float(iou_threshold)
         self.dedupe_iou = float(dedupe_iou)
@@ -239,14 +267,14 @@ class Sam2Segmenter:
         self.point_batch = max(1, int(point_batch))
         self.min_area_frac = float(min_area_frac)
         self.mask_threshold = float(mask_threshold)  # SAM 2 masks are logits: 0 is probability 0.5
-        self.versions = {"segmenter": model_version(model_name, self.model)}
+        self.versions = {"segmenter": model_version(model_name, self.model), "segmenter_preprocessing": self.prep.describe()}
 
     def observe(self, frame: np.ndarray, phrases: list[str], reference=None) -> list[Observation]:
         import torch
 
         H, W = frame.shape[:2]
         S_h, S_w = self.input_size
-        px = to_pixels(frame, self.input_size, IMAGENET_MEAN, IMAGENET_STD, self.device, self.dtype)
+        px = self.prep(frame, self.device, self.dtype)
         cands: list[tuple[float, str, object]] = []
         with torch.inference_mode():
             emb = self.model.get_image_embeddings(px)

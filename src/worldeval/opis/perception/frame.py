@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from worldeval.opis.backends.base import EVIDENCE_COMPLETENESS, EVIDENCE_FEATURE_SCORE, EVIDENCE_FOUND_FOR, Backend, Observation
+from worldeval.opis.case import encode_rle
 from worldeval.opis.perception import projection as P
 from worldeval.opis.perception.association import Association
 from worldeval.opis.perception.camera import CameraEstimate, estimate_camera
@@ -160,11 +161,11 @@ def frame_records(st: FrameState) -> FrameResult:
             "ambiguous": st.ambiguous[i], "extra": False, "appearance": st.appearance[i], "structure": st.structure[i],
             "structure_source": st.structure_source[i],
         })  # fmt: skip
-        matched = None
+        rle = None
         if j is not None:
             status, box = "matched", obs[j].box
             masks[bank.ids[i]] = obs[j].mask
-            matched = _observation_record(obs[j])
+            rle = encode_rle(obs[j].mask)
         elif st.ambiguous[i]:
             status, box = "ambiguous", None
         else:
@@ -172,7 +173,9 @@ def frame_records(st: FrameState) -> FrameResult:
             box = st.projs[i].box if st.projs[i] is not None else None
         objects.append({
             "instance_id": bank.ids[i], "category": bank.categories[i], "status": status, "box": _box_list(box),
-            "appearance": _round(st.appearance[i]), "structure": _round(st.structure[i]), "observation": matched,
+            "appearance": _round(st.appearance[i]), "structure": _round(st.structure[i]),
+            # the matched observation's own mask (COCO RLE; its box is `box`), for audits against ground truth
+            "mask": rle,
         })  # fmt: skip
     for j in st.extras:
         rows.append({
@@ -181,13 +184,6 @@ def frame_records(st: FrameState) -> FrameResult:
         })  # fmt: skip
         objects.append({
             "instance_id": None, "category": obs[j].category, "status": "extra", "box": _box_list(obs[j].box),
-            "appearance": None, "structure": None, "observation": _observation_record(obs[j]),
+            "appearance": None, "structure": None,
         })  # fmt: skip
     return FrameResult(rows, objects, masks)
-
-
-def _observation_record(o: Observation) -> dict:
-    """The matched (or extra) observation as the per-frame record keeps it: its box, mask (COCO RLE) and route."""
-    from worldeval.opis.case import encode_rle
-
-    return {"box": _box_list(o.box), "mask": encode_rle(o.mask), "route": o.route, "score": round(float(o.score), 4)}

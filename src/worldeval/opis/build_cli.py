@@ -1,0 +1,209 @@
+"""`worldeval opis build`, `opis source` and `opis cases-from-videos`: making OPIS cases at scale."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, List, Optional
+
+import typer
+
+
+def vlm_transport() -> Any:
+    """The judge transport for these commands; None: the OpenAI-compatible endpoint (tests script a mock here)."""
+    return None
+
+
+def vlm_client(out: Path, base_url: str | None, model: str | None, api_key: str | None, option: str = "--judge-model"):
+    """A judge client with its answers cached under `out/.build`, so a rerun does not ask again."""
+    from worldeval.judge import JudgeCache, JudgeClient, JudgeConfig
+
+    try:
+        config = JudgeConfig.resolve(base_url=base_url, model=model, api_key=api_key)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint=option) from exc
+    (out / ".build").mkdir(parents=True, exist_ok=True)
+    return JudgeClient(config, JudgeCache(out / ".build" / "vlm_cache.sqlite"), transport=vlm_transport())
+
+
+def read_vocabulary(path: Path | None) -> list[str] | None:
+    """One noun phrase per line, or a JSON list of strings."""
+    from worldeval.opis.build import BuildError
+
+    if path is None:
+        return None
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise BuildError(path, "vocabulary", f"cannot read: {exc}") from exc
+    if text.lstrip().startswith("["):
+        try:
+            items = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise BuildError(path, "vocabulary", f"invalid JSON: {exc}") from exc
+        if not all(isinstance(v, str) for v in items):
+            raise BuildError(path, "vocabulary", "a JSON vocabulary must be a list of strings")
+    else:
+        items = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    if not items:
+        raise BuildError(path, "vocabulary", "no noun phrases in the file")
+    return items
+
+
+def _echo_summary(summary: dict, as_json: bool, what: str) -> None:
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2, default=str))
+        return
+    typer.echo(f"{what}: {len(summary['accepted'])} accepted, {len(summary['rejected'])} rejected, "
+               f"{len(summary['failed'])} failed, {len(summary['skipped'])} already done")
+    for f in summary["failed"]:
+        typer.echo(f"  failed {f.get('image')}: {f.get('file')}: {f.get('field')}: {f.get('reason')}", err=True)
+
+
+def _config(backend, backend_option, device, vocabulary, min_objects, rounds, dedup_iou, kinematics, track, depth,
+            domain, subcategory, duration, max_side, seed, review):
+    from worldeval.opis.build import BuildConfig
+    from worldeval.opis.cli_eval import _parse_options
+
+    return BuildConfig(backend=backend, backend_options=_parse_options(backend_option), device=device,
+                       vocabulary=read_vocabulary(vocabulary), min_objects=min_objects, rounds=rounds,
+                       dedup_iou=dedup_iou, kinematics=_parse_options(kinematics), track=_parse_options(track),
+                       depth=depth, domain=domain, subcategory=subcategory, duration_s=duration,
+                       max_side=max_side or None, seed=seed, review=review).check()
+
+
+def _build(
+    images: Optional[Path] = typer.Argument(None, help="Folder of images (or of <id>/image.jpg folders), or a list file."),
+    out: Path = typer.Option(..., "--out", help="Dataset folder to write (one case folder per accepted image)."),
+    backend: str = typer.Option("classical", "--backend", help="classical (GrabCut from VLM boxes) or hf (SAM 3 rounds)."),
+    backend_option: List[str] = typer.Option([], "--backend-option", help="hf backend KEY=VALUE (sam3=DIR, dinov3=DIR, depth=DIR, ...)."),
+    vocabulary: Optional[Path] = typer.Option(None, "--vocabulary", help="The source's own noun phrases (a line each, or a JSON list)."),
+    review: bool = typer.Option(False, "--review", help="Write review/<case>.html (masks, crops, phrases, task) per case."),
+    apply_review: Optional[Path] = typer.Option(None, "--apply-review", help="Apply accept/reject/edit decisions from this JSON file."),
+    base_url: Optional[str] = typer.Option(None, "--base-url", help="VLM endpoint (OpenAI-compatible)."),
+    judge_model: Optional[str] = typer.Option(None, "--judge-model", help="VLM model name."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", help="VLM API key (never written anywhere)."),
+    min_objects: int = typer.Option(3, "--min-objects", help="Screening: fewest distinguishable objects an image needs."),
+    rounds: int = typer.Option(3, "--rounds", help="Concept-segmentation rounds (hf)."),
+    dedup_iou: float = typer.Option(0.8, "--dedup-iou", help="Mask IoU at which a later instance is a duplicate."),
+    kinematics: List[str] = typer.Option([], "--kinematics", help="PHRASE=rigid|articulated|deformable (overrides the VLM)."),
+    track: List[str] = typer.Option([], "--track", help="PHRASE=static|dynamic (overrides the VLM)."),
+    depth: Optional[str] = typer.Option(None, "--depth", help="'model': the backend's depth model; default: flat scaffold."),
+    domain: str = typer.Option("real_world", "--domain"),
+    subcategory: str = typer.Option("unspecified", "--subcategory"),
+    duration: float = typer.Option(10.0, "--duration", help="Camera task duration in seconds."),
+    max_side: int = typer.Option(1280, "--max-side", help="Work at most this large (longest side)."),
+    device: str = typer.Option("cpu", "--device"),
+    seed: int = typer.Option(0, "--seed"),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Build OPIS cases from images: VLM screening, phrase cleaning, segmentation, labels, task, geometry."""
+    from worldeval.errors import InputError
+    from worldeval.opis.build import BuildError, build_dataset
+    from worldeval.opis.build_review import apply_review_file
+
+    try:
+        if apply_review is not None:
+            typer.echo(json.dumps(apply_review_file(out, apply_review), indent=2))
+            return
+        if images is None:
+            raise BuildError("IMAGES", "images", "give a folder of images or a list file (or --apply-review FILE)")
+        cfg = _config(backend, backend_option, device, vocabulary, min_objects, rounds, dedup_iou, kinematics, track,
+                      depth, domain, subcategory, duration, max_side, seed, review)
+        client = vlm_client(out, base_url, judge_model, api_key)
+        progress = None if as_json else (lambda name: typer.echo(f"building {name}...", err=True))
+        summary = build_dataset(images, out, cfg, client, progress=progress)
+    except InputError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    _echo_summary(summary, as_json, f"opis build -> {out}")
+    if summary["failed"] and not (summary["accepted"] or summary["skipped"] or summary["rejected"]):
+        raise typer.Exit(1)
+
+
+def _source(
+    subcategory: str = typer.Option(..., "--subcategory", help="home_indoor, natural_outdoor, public_indoor or urban_outdoor."),
+    count: int = typer.Option(..., "--count", help="How many images (variation indices) to request."),
+    out: Path = typer.Option(..., "--out", help="Folder for accepted/, rejected/ and source_log.jsonl."),
+    base_url: Optional[str] = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint (images and review)."),
+    gen_model: str = typer.Option(..., "--gen-model", help="Image generation model."),
+    review_model: Optional[str] = typer.Option(None, "--review-model", help="Reviewing VLM."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", help="API key (never written anywhere)."),
+    review_base_url: Optional[str] = typer.Option(None, "--review-base-url", help="Another endpoint for the review."),
+    start: int = typer.Option(0, "--start", help="First variation index."),
+    size: str = typer.Option("1536x1024", "--size", help="Requested image size."),
+    quality: str = typer.Option("high", "--quality", help="Requested image quality."),
+    min_instances: int = typer.Option(10, "--min-instances", help="Gate: fewest foreground instances."),
+    min_quality: int = typer.Option(4, "--min-quality", help="Gate: lowest quality score (1-5)."),
+    min_phrases: int = typer.Option(5, "--min-phrases", help="Gate: fewest usable noun phrases."),
+    max_flags: int = typer.Option(0, "--max-flags", help="Gate: most quality flags allowed."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Generate candidate initial images from the scene template and keep those the VLM review gate passes."""
+    import os
+
+    from worldeval.errors import InputError
+    from worldeval.opis.source import Gate, SourceConfig, SourceEndpoint, run_source
+    from worldeval.worldcast.generate_api import GenConfig
+
+    key = api_key or os.environ.get("OPENAI_API_KEY") or None
+    url = base_url or os.environ.get("OPENAI_BASE_URL") or None
+    endpoint = SourceEndpoint(GenConfig(model=gen_model, base_url=url, api_key=key, size=size, quality=quality))
+    client = vlm_client(out, review_base_url or url, review_model, key, option="--review-model")
+    cfg = SourceConfig(subcategory=subcategory, count=count, start=start,
+                       gate=Gate(min_instances, min_quality, min_phrases, max_flags))
+    try:
+        summary = run_source(out, cfg, endpoint, client)
+    except InputError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2))
+    else:
+        typer.echo(f"opis source -> {out}: " + ", ".join(f"{len(v)} {k}" for k, v in summary.items()))
+
+
+def _cases_from_videos(
+    videos: Path = typer.Argument(..., help="A video, a folder of videos, or a list file: the model outputs to evaluate."),
+    out: Path = typer.Option(..., "--out", help="Dataset folder to write (one case per video, from its first frame)."),
+    rollouts: Optional[Path] = typer.Option(None, "--rollouts", help="Rollouts folder to fill (default: DATASET_rollouts beside it)."),
+    backend: str = typer.Option("classical", "--backend", help="classical (GrabCut from VLM boxes) or hf (SAM 3 rounds)."),
+    backend_option: List[str] = typer.Option([], "--backend-option", help="hf backend KEY=VALUE."),
+    vocabulary: Optional[Path] = typer.Option(None, "--vocabulary", help="Noun phrases to use (a line each, or a JSON list)."),
+    base_url: Optional[str] = typer.Option(None, "--base-url", help="VLM endpoint (OpenAI-compatible)."),
+    judge_model: Optional[str] = typer.Option(None, "--judge-model", help="VLM model name."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", help="VLM API key (never written anywhere)."),
+    min_objects: int = typer.Option(1, "--min-objects", help="Screening: fewest objects a first frame needs."),
+    kinematics: List[str] = typer.Option([], "--kinematics", help="PHRASE=rigid|articulated|deformable."),
+    track: List[str] = typer.Option([], "--track", help="PHRASE=static|dynamic."),
+    depth: Optional[str] = typer.Option(None, "--depth", help="'model': the backend's depth model; default: flat."),
+    domain: str = typer.Option("real_world", "--domain"),
+    subcategory: str = typer.Option("user_videos", "--subcategory"),
+    device: str = typer.Option("cpu", "--device"),
+    seed: int = typer.Option(0, "--seed"),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Make an OPIS dataset and rollouts folder from your own videos (frame 0 of each is I0)."""
+    from worldeval.errors import InputError
+    from worldeval.opis.cases_from_videos import cases_from_videos
+
+    try:
+        # The case keeps the video's own resolution (max_side 0), so I0 and the rollout frames agree.
+        cfg = _config(backend, backend_option, device, vocabulary, min_objects, 3, 0.8, kinematics, track, depth,
+                      domain, subcategory, 10.0, 0, seed, False)
+        client = vlm_client(out, base_url, judge_model, api_key)
+        progress = None if as_json else (lambda name: typer.echo(f"building {name}...", err=True))
+        summary = cases_from_videos(videos, out, cfg, client, rollouts, progress=progress)
+    except InputError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    _echo_summary(summary, as_json, f"opis cases-from-videos -> {out} (rollouts: {summary['rollouts']})")
+    if summary["failed"] and not (summary["accepted"] or summary["skipped"]):
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `build`, `source` and `cases-from-videos` to the `opis` command group."""
+    app.command("build")(_build)
+    app.command("source")(_source)
+    app.command("cases-from-videos")(_cases_from_videos)

@@ -1,0 +1,171 @@
+"""The figures of issue 10's "Done when" list, computed from `opis validate` results and archives.
+
+Every figure is a `Figure`: its value, the requirement, and a status that is
+`pass`, `FAIL` or `not measured` (a figure whose data is absent is never a
+pass). Inputs are what the evaluator wrote (archive rows, per-frame records)
+and the synthetic or real ground truth; nothing here looks inside the evaluator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+NOT_MEASURED = "not measured"
+
+
+@dataclass
+class Figure:
+    name: str
+    value: str
+    required: str
+    status: str  # "pass" | "FAIL" | NOT_MEASURED
+    detail: Any = None
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "value": self.value, "required": self.required, "status": self.status, "detail": self.detail}
+
+
+def _status(ok: bool | None) -> str:
+    return NOT_MEASURED if ok is None else ("pass" if ok else "FAIL")
+
+
+def not_measured(name: str, required: str, why: str) -> Figure:
+    return Figure(name, why, required, NOT_MEASURED)
+
+
+def in_view_frames(rec: dict, frames) -> list[int]:
+    gt = rec["ground_truth"]
+    share, thr = gt["target_in_view_share"], gt["in_view_share_threshold"]
+    return [int(f) for f in frames if f < len(share) and share[f] is not None and share[f] >= thr]
+
+
+def target_rows(df: pd.DataFrame, model: str, case_id: str, target: str) -> pd.DataFrame:
+    r = df[(df["model"] == model) & (df["case_id"] == case_id) & (df["instance_id"] == target)]
+    return r.set_index("frame")
+
+
+def matched_frames(rows: pd.DataFrame, frames: list[int]) -> set[int]:
+    return {f for f in frames if f in rows.index and bool(rows.at[f, "matched"])}
+
+
+def identity_failures(rows: pd.DataFrame, all_rows: pd.DataFrame, tau_i: float = 0.35) -> tuple[int, int]:
+    """(frames where the target is matched with appearance < tau_I, of those the frames whose eq. 3 value is 0).
+
+    Eq. 3 is recomputed here from the frame's rows (I_t = 0 when any valid appearance is below tau_I), so a
+    scorer that skipped low-appearance rows would show as a mismatch between the two counts."""
+    low = [int(f) for f, r in rows.iterrows() if bool(r["matched"]) and pd.notna(r["appearance"]) and r["appearance"] < tau_i]
+    failing = 0
+    for f in low:
+        a = all_rows[(all_rows["frame"] == f) & all_rows["matched"].astype(bool)]["appearance"].dropna()
+        failing += bool(len(a)) and float(a.min()) < tau_i
+    return len(low), failing
+
+
+def photo_recoloured(df: pd.DataFrame, records: dict, kept: float = 0.5, drop: float = 0.10, tau_i: float = 0.35) -> list[Figure]:
+    """Recoloured target still matched where the faithful one was, with lower appearance; its low frames fail eq. 3."""
+    per, n_low, n_fail = {}, 0, 0
+    for cid, rec in records.items():
+        tid = (rec.get("target") or {}).get("instance_id")
+        if tid is None or "recoloured" not in rec.get("videos", {}):
+            continue
+        f_rows, r_rows = target_rows(df, "faithful", cid, tid), target_rows(df, "recoloured", cid, tid)
+        if f_rows.empty or r_rows.empty:
+            continue
+        frames = in_view_frames(rec, sorted(set(f_rows.index)))
+        fm, rm = matched_frames(f_rows, frames), matched_frames(r_rows, frames)
+        share = len(fm & rm) / len(fm) if fm else None
+        a0 = f_rows.loc[sorted(fm), "appearance"].dropna().mean() if fm else np.nan
+        a1 = r_rows.loc[sorted(rm), "appearance"].dropna().mean() if rm else np.nan
+        d = None if np.isnan(a0) or np.isnan(a1) else float(a0 - a1)
+        per[cid] = {"kept_share": share, "appearance_drop": d, "ok": share is not None and share >= kept and d is not None and d >= drop}
+        lo, fa = identity_failures(r_rows, df[(df["model"] == "recoloured") & (df["case_id"] == cid)], tau_i)
+        n_low, n_fail = n_low + lo, n_fail + fa
+    return [
+        _per_case_figure("photos: recoloured still matched, appearance lower", per,
+                         f"every case: matched in >= {kept:.0%} of faithful-matched frames, appearance drop >= {drop:g}"),
+        Figure("photos: recoloured frames with a < tau_I fail eq. 3", f"{n_fail}/{n_low} frames",
+               "at least one such frame, and all of them fail", _status(n_low > 0 and n_fail == n_low) if per else NOT_MEASURED),
+    ]
+
+
+def _per_case_figure(name: str, per: dict, required: str) -> Figure:
+    if not per:
+        return Figure(name, "no case measured", required, NOT_MEASURED)
+    ok = sum(1 for v in per.values() if v["ok"])
+    return Figure(name, f"{ok}/{len(per)} cases", required, _status(ok == len(per)), per)
+
+
+def photo_removed(df: pd.DataFrame, records: dict, max_share: float = 0.20) -> Figure:
+    per = {}
+    for cid, rec in records.items():
+        tid = (rec.get("target") or {}).get("instance_id")
+        if tid is None or "removed" not in rec.get("videos", {}):
+            continue
+        rows = target_rows(df, "removed", cid, tid)
+        frames = in_view_frames(rec, sorted(set(rows.index)))
+        if rows.empty or not frames:
+            continue
+        s = len(matched_frames(rows, frames)) / len(frames)
+        per[cid] = {"matched_share": s, "ok": s <= max_share}
+    return _per_case_figure("photos: removed object matched", per, f"every case: matched in <= {max_share:.0%} of in-view frames")
+
+
+def extras_per_frame(df: pd.DataFrame, model: str, name: str, limit: float = 0.2) -> Figure:
+    rows = df[df["model"] == model]
+    if rows.empty:
+        return Figure(name, "no rows", f"<= {limit:g}", NOT_MEASURED)
+    frames = rows.groupby("case_id")["frame"].nunique().sum()
+    x = int(rows["extra"].astype(bool).sum())
+    v = x / frames
+    return Figure(name, f"{v:.3f} ({x} extras / {frames} frames)", f"<= {limit:g} extras per frame", _status(v <= limit))
+
+
+def pass_rate_figures(prefix: str, rates: dict, required: float = 0.90) -> list[Figure]:
+    out = []
+    for check, r in rates.items():
+        if not r.get("cases"):
+            out.append(Figure(f"{prefix} validate {check}", "no cases", f">= {required:.0%}", NOT_MEASURED))
+            continue
+        out.append(Figure(f"{prefix} validate {check}", f"{r['passed']}/{r['cases']} ({r['rate']:.0%})", f">= {required:.0%}",
+                          _status(r["rate"] >= required)))
+    return out
+
+
+def clip_figures(result: dict, presence_min: float = 80.0, agreement_min: float = 0.85) -> list[Figure]:
+    """Figures of the real-clip checks (`validate_real.assess_clips` output)."""
+    clips = result.get("clips", {})
+    if not clips:
+        return [not_measured("real clips", "", "no clip evaluated")]
+
+    def per(check: str):
+        out = {}
+        for cid, r in clips.items():
+            e = r["checks"].get(check, {})
+            if "measurements" in e:
+                out[cid] = {"ok": bool(e.get("passed")), "reason": e.get("reason")}
+        return out
+
+    agreed = sum(r["checks"]["faithful"].get("measurements", {}).get("association_agreed", 0) for r in clips.values())
+    decided = sum(r["checks"]["faithful"].get("measurements", {}).get("association_decisions", 0) for r in clips.values())
+    pres = {cid: (r["checks"]["faithful"].get("scores") or {}).get("P") for cid, r in clips.items()}
+    p_ok = {cid: {"P": p, "ok": p is not None and p >= presence_min} for cid, p in pres.items()}
+    figs = [
+        _per_case_figure("real: removed object matched", per("removed"), "every clip: matched in <= 20% of frames where it showed"),
+        _per_case_figure("real: recoloured still matched, appearance lower", per("recoloured"),
+                         "every clip: matched in >= 50% of faithful-matched frames, appearance drop >= 0.1"),
+        Figure("real: association agrees with per-frame GT", f"{agreed}/{decided}" + (f" ({agreed / decided:.1%})" if decided else ""),
+               f">= {agreement_min:.0%} (matched with box IoU >= 0.3 where it shows, unmatched where gone)",
+               _status(agreed / decided >= agreement_min) if decided else NOT_MEASURED),
+        _per_case_figure("real: Presence of the real clip", p_ok, f"every clip: P >= {presence_min:g}"),
+        _per_case_figure("real: pasted object yields extras", per("pasted"), "every clip: extras in > 50% of frames with it in view"),
+    ]
+    ex = [r["checks"]["faithful"].get("measurements", {}) for r in clips.values()]
+    xr = sum(m.get("extra_rows", 0) for m in ex)
+    nf = sum(m.get("sampled_frames", 0) for m in ex)
+    figs.append(Figure("real: extras per frame on the real clips", f"{xr / nf:.3f} ({xr}/{nf})" if nf else "no frames",
+                       "<= 0.2", _status(xr / nf <= 0.2) if nf else NOT_MEASURED))
+    return figs
