@@ -71,7 +71,7 @@ def test_lightglue_bf16_keeps_keypoints_on_the_pixel_grid(tiny):
     fp32 = HFMatcher(tiny["lightglue"], CPU, match_long_side=480)
     bf16 = HFMatcher(tiny["lightglue"], CPU, dtype=torch.bfloat16, match_long_side=480)
     for m in (fp32, bf16):  # all of the random detector's keypoints, so that they cover the whole width
-        m.model.keypoint_detector.keypoint_decoder.max_keypoints = 1024
+        m.model.keypoint_detector.keypoint_decoder.max_keypoints = 400
     (o32, h, w), (o16, _, _) = fp32._forward(img0, img1), bf16._forward(img0, img1)
     scale = torch.tensor([w, h], dtype=torch.float32)
     kp32, kp16 = o32.keypoints[0] * scale, o16.keypoints[0] * scale
@@ -83,7 +83,7 @@ def test_lightglue_bf16_keeps_keypoints_on_the_pixel_grid(tiny):
     torch.testing.assert_close(kp16, kp32)
     # the naive cast the fix avoids: the whole model in bfloat16 moves keypoints off the grid
     naive = transformers.LightGlueForKeypointMatching.from_pretrained(tiny["lightglue"], dtype=torch.bfloat16).eval()
-    naive.keypoint_detector.keypoint_decoder.max_keypoints = 1024
+    naive.keypoint_detector.keypoint_decoder.max_keypoints = 400
     px = fp32.processor(images=[[img0, img1]], return_tensors="pt", size={"height": h, "width": w})["pixel_values"]
     with torch.inference_mode():
         on = naive(pixel_values=px.to(torch.bfloat16))
@@ -230,3 +230,26 @@ def test_prompt_depth_anything_loads_its_own_class(tiny):
     assert type(est.model).__name__ == "PromptDepthAnythingForDepthEstimation"
     depth, K = est.estimate(_frame(0)[::4, ::4].copy())
     assert depth.shape == (120, 214) and K is None and np.all(np.isfinite(depth)) and depth.min() >= 1.0 - 1e-6
+
+
+# ---------------------------------------------------------------- batching
+
+
+def test_frame_batches_equal_one_frame_at_a_time(tiny):
+    frames = [_frame(k)[::6, ::6].copy() for k in (0, 5, 10)]
+    seg = Sam3Segmenter(tiny["sam3"], CPU, score_threshold=0.0, min_area_frac=0.0, dedupe_iou=1.0, max_observations=6)
+    batched = seg.observe_batch(frames, ["person", "bicycle"])
+    assert len(batched) == 3 and sum(len(b) for b in batched) > 0
+    for f, got in zip(frames, batched):
+        one = seg.observe(f, ["person", "bicycle"])
+        assert [(o.category, round(o.score, 4)) for o in got] == [(o.category, round(o.score, 4)) for o in one]
+        # a batched matmul may round differently: a mask pixel at the threshold can flip, no more
+        for a, b in zip(got, one):
+            assert (a.mask != b.mask).mean() < 0.005
+    emb = DinoEmbedder(tiny["dinov3"], CPU, embed_batch=4)
+    items = [(f, [o.mask for o in obs], [o.box for o in obs]) for f, obs in zip(frames, batched)]
+    many = emb.embed_many(items)
+    for (f, masks, boxes), e in zip(items, many):
+        assert e.shape == (len(boxes), emb.dim)
+        np.testing.assert_allclose(e, emb.embed(f, masks, boxes), atol=1e-5)
+    assert emb.embed_many([]) == [] and emb.embed(frames[0], [], []).shape == (0, emb.dim)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import io
 import json
 import re
 from pathlib import Path
@@ -11,6 +12,7 @@ import cv2
 import numpy as np
 import pandas as pd
 import pytest
+from PIL import Image
 from typer.testing import CliRunner
 
 from test_report_fixtures import (
@@ -409,8 +411,16 @@ def test_worldcast_report_shows_generation_and_keyframe_traces(tmp_path):
     gen = sec[sec.index('class="box wc-generation"'):]
     assert "agentic interleaved · 3 generation call(s) of a budget of 4 · 3 inspection(s)" in gen
     assert "<li>cube on the floor &lt;i&gt;x&lt;/i&gt;</li>" in gen and "(gen-x)" in gen  # plan, escaped
-    rows = re.findall(r"<tr><td>(\d)</td><td>(\d)</td><td>(\d) / 2</td><td class=\"evidence\">([^<]*)</td></tr>", gen)
+    rows = re.findall(r"<tr><td>(\d)</td><td>(\d)</td><td><img[^>]*></td><td>(\d) / 2</td>"
+                      r"<td class=\"evidence\">([^<]*)</td></tr>", gen)
     assert rows == [("1", "1", "1", "cube floats"), ("1", "2", "2", ""), ("2", "1", "2", "")]
+    drafts = _images(gen, "wc-draft")  # each inspected draft, as generated (the fake colours call n)
+    assert [a for a, _ in drafts] == ["state 1 attempt 1", "state 1 attempt 2", "state 2 attempt 1"]
+    from test_worldcast_generate import tiny_png
+
+    firsts = {n: np.asarray(Image.open(io.BytesIO(tiny_png(n))).convert("RGB"))[0, 0] for n in (1, 2, 3)}
+    for (_, img), n in zip(drafts, (1, 2, 3)):
+        assert np.abs(img[0, 0].astype(int) - firsts[n]).max() <= 12
     assert "kept: state 1 attempt 2 (score 2, of 2); state 2 attempt 1 (score 2, of 1)" in gen
     vsec = html[html.index('id="wc-rollout-vid-x-logic_hanoi2"'):]
     kf = vsec[vsec.index('class="box wc-keyframes"'):vsec.index("</details>")]

@@ -23,27 +23,32 @@ from worldeval.opis.validate_real import (
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
-def _clip(name="moving", n=30, seed=0, colour=(200, 40, 40)) -> GTClip:
-    """A still textured scene with a disc that moves right, then leaves the frame after frame 24."""
+def _clip(root: Path, name="moving", n=30, seed=0, colour=(200, 40, 40)) -> GTClip:
+    """A still textured scene with a disc that moves right, then leaves the frame after frame 24;
+    written as a DAVIS-like folder (PNG frames, 0/255 masks) and loaded back."""
+    from PIL import Image
+
     rng = np.random.default_rng(seed)
     bg = cv2.resize(rng.normal(0, 1, (15, 20, 3)), (160, 120), interpolation=cv2.INTER_CUBIC)
     base = np.clip(128 + 40 * bg, 0, 255).astype(np.uint8)
     yy, xx = np.mgrid[0:120, 0:160]
-    frames, masks = [], []
     for t in range(n):
         m = (xx - (40 + 3 * t)) ** 2 + (yy - 60) ** 2 <= 15**2 if t <= 24 else np.zeros((120, 160), bool)
         img = base.copy()
         img[m] = colour
-        frames.append(img)
-        masks.append(m)
-    return GTClip(name=name, frames=frames, masks=masks, category="disc")
+        (root / name / "frames").mkdir(parents=True, exist_ok=True)
+        (root / name / "masks").mkdir(parents=True, exist_ok=True)
+        Image.fromarray(img).save(root / name / "frames" / f"{t:05d}.png")
+        Image.fromarray(m.astype(np.uint8) * 255).save(root / name / "masks" / f"{t:05d}.png")
+    return load_gt_clip(root / name)
 
 
 def test_synthesised_clip_edits_stay_inside_the_masks(tmp_path):
     from worldeval.media import decode_frames
 
-    clip, other = _clip(), _clip("other", seed=3, colour=(40, 40, 220))
-    rec = synthesize_clip(clip, other, tmp_path)
+    clip, other = _clip(tmp_path / "clips"), _clip(tmp_path / "clips", "other", seed=3, colour=(40, 40, 220))
+    assert len(clip.frames) == 30 and clip.masks[10].sum() > 600 and not clip.masks[26].any()
+    rec = synthesize_clip(clip, other, tmp_path / "out")
     assert set(rec["videos"]) == {"faithful", "removed", "recoloured", "pasted"} and rec["skipped"] == {}
     assert rec["target_area"][25:] == [0.0] * 5 and rec["target_box"][25] is None
     k = 10
@@ -138,12 +143,16 @@ def test_loads_a_davis_clip_and_names_a_missing_mask(tmp_path):
     assert len(clip.frames) == len(clip.masks) == 3 and clip.category == "swan"
     assert clip.frames[0].shape == (480, 854, 3) and clip.masks[0].dtype == bool
     assert 0.05 < clip.masks[0].mean() < 0.2  # the swan fills ~10% of the frame
-    from worldeval.opis.case import CaseError
+    from worldeval.errors import InputError
 
     (tmp_path / "bad" / "frames").mkdir(parents=True)
     (tmp_path / "bad" / "masks").mkdir()
     cv2.imwrite(str(tmp_path / "bad" / "frames" / "00000.jpg"), np.zeros((8, 8, 3), np.uint8))
-    with pytest.raises(CaseError, match="00000.png"):
+    with pytest.raises(InputError, match="00000.png"):
+        load_gt_clip(tmp_path / "bad")
+    cv2.imwrite(str(tmp_path / "bad" / "masks" / "00000.png"), np.full((8, 8), 255, np.uint8))
+    cv2.imwrite(str(tmp_path / "bad" / "frames" / "00001.jpg"), np.zeros((8, 8, 3), np.uint8))
+    with pytest.raises(InputError, match="1 frame.s. have no mask"):
         load_gt_clip(tmp_path / "bad")
 
 

@@ -427,7 +427,7 @@ def test_failed_generation_is_recorded_and_only_it_is_retried(fake, dataset, tmp
     fake.fail_when.clear()
     res = generate(fake, dataset, out, "--interface", "grid")
     assert "generated 1, kept 4, failed 0" in res.stdout
-    again = fake.log[n_before:]
+    again = [r for r in fake.log[n_before:] if r["route"] != "GET /models"]  # the preflight request
     assert len(again) == 1 and "green cube" in again[0]["prompt"]
     assert (out / "adapt_cube_box" / "grid.png").is_file()
     assert not (out / "_generation" / "failed" / "adapt_cube_box.json").exists()
@@ -457,6 +457,22 @@ def test_command_runs_a_local_model(dataset, tmp_path):
     assert req["images"] == [str(dataset.resolve() / "goal_tiles" / n) for n in ("input_1.png", "goal.png")]
     assert "hints" not in req and not any(h in json.dumps(req) for h in _hints(dataset))
     assert sorted(p.name for p in (out / "goal_tiles").glob("step_*.png")) == [f"step_{k}.png" for k in range(1, 5)]
+    log = (out / "_generation" / "log.jsonl").read_text()
+    assert '"case_id": "text_only", "elapsed_s"' in log and "exited with status 3" in log
+    # a placeholder typo is refused before anything runs; a program that hangs is stopped, its children too
+    res = CliRunner().invoke(app, ["worldcast", "generate", "--dataset", str(dataset), "--out", str(tmp_path / "o2"),
+                                   "--interface", "interleaved", "--command", "run {outdir}", "-q"])
+    assert res.exit_code == 2 and "unknown placeholder(s) ['outdir']" in res.output
+    marker = tmp_path / "still_running"
+    hang = f"(sleep 1; touch {shlex_quote(str(marker))}) & sleep 30"
+    res = CliRunner().invoke(app, ["worldcast", "generate", "--dataset", str(dataset), "--out", str(tmp_path / "o3"),
+                                   "--interface", "interleaved", "--command", hang, "--command-timeout", "0.3",
+                                   "--case", "adapt_cube_box", "-q"])
+    assert res.exit_code == 1 and "ran past 0.3 s and was stopped" in res.output
+    import time
+
+    time.sleep(1.5)
+    assert not marker.exists()  # the background child died with the group
 
 
 def shlex_quote(s: str) -> str:
@@ -495,3 +511,26 @@ def test_garbage_plan_and_inspection_answers_are_recorded(fake, dataset, tmp_pat
     # the LLMs saw the tasks but never a hint
     hints = _hints(dataset)
     assert script.requests and not any(h in r.text for r in script.requests for h in hints)
+
+
+def test_unreachable_endpoint_or_refused_key_stops_at_once(fake, dataset, tmp_path):
+    import socket
+    import time
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()  # nothing listens on this port now
+    out = tmp_path / "outs"
+    t0 = time.monotonic()
+    res = CliRunner().invoke(app, ["worldcast", "generate", "--dataset", str(dataset), "--out", str(out),
+                                   "--interface", "grid", "--base-url", f"http://127.0.0.1:{port}/v1",
+                                   "--gen-model", "gen-x", "--api-key", KEY, "-q"])
+    assert res.exit_code == 2 and f"http://127.0.0.1:{port}/v1: not reachable" in res.output
+    assert time.monotonic() - t0 < 20 and not out.exists()  # nothing generated, nothing recorded
+    fake.fail["GET /models"] = [401]
+    res = CliRunner().invoke(app, ["worldcast", "generate", "--dataset", str(dataset), "--out", str(out),
+                                   "--interface", "grid", "--base-url", fake.base_url, "--gen-model", "gen-x",
+                                   "--api-key", KEY, "-q"])
+    assert res.exit_code == 2 and "HTTP 401, the API key was refused" in res.output and KEY not in res.output
+    assert [r["route"] for r in fake.log] == ["GET /models"]

@@ -391,8 +391,12 @@ def test_keyframe_agreement_cli_and_bad_selections(davis_videos, tmp_path):
         args = ["--base-url", srv.base_url, "--judge-model", "judge-m", "--api-key", "sk-kfa-SECRET", "--no-cache"]
         res = CliRunner().invoke(app, ["worldcast", "judge", "--dataset", str(root / "dataset"), "--outputs",
                                        str(root / "outputs"), "--model", "vidgen", "--out", str(run), "--keyframes",
-                                       "agentic", "--keyframe-samples", "10", "--concurrency", "1", "-q", *args])
+                                       "agentic", "--keyframe-samples", "10", "--keyframe-dense", "5", "--concurrency", "1", "-q", *args])
         assert res.exit_code == 0, res.output
+        trace = json.loads((run / "states" / "vidgen" / "dog" / "keyframe_trace.json").read_text())
+        assert [len(r["frames"]) for r in trace["rounds"]] == [10, 5, 5, 5] and trace["budget_requests"] == 4
+        assert json.loads((run / "manifest.json").read_text())["config"]["keyframes"] == {
+            "selector": "agentic", "samples": 10, "dense": 5, "budget": None}
         human = tmp_path / "human" / "ann"
         human.mkdir(parents=True)
         for clip, fr in HUMAN_A.items():

@@ -40,13 +40,14 @@ def _root(
 def _register_all() -> None:
     from worldeval.opis import cli_score, cli_eval, cli_validate, cli_annotate, cli_produce, build_cli, cli_audit
     from worldeval.worldcast import cli as worldcast_cli
-    from worldeval import cli_demo, cli_report
+    from worldeval import cli_demo, cli_models, cli_report
 
     for mod in (cli_score, cli_eval, cli_validate, cli_annotate, cli_produce, build_cli, cli_audit):
         mod.register(opis_app)
     worldcast_cli.register(worldcast_app)
     cli_demo.register(app)
     cli_report.register(app)
+    cli_models.register(app)
 
 
 _register_all()

@@ -25,7 +25,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence, Union
+from typing import Callable, Sequence, Union
 
 import numpy as np
 

@@ -55,6 +55,10 @@ def _annotate(
     dedup_iou: Optional[float] = typer.Option(None, "--dedup-iou", help="Drop an instance overlapping an earlier one at this mask IoU."),
     no_embeddings: bool = typer.Option(False, "--no-embeddings", help="Skip reference embeddings."),
     propose: bool = typer.Option(False, "--propose", help="Ask the configured VLM for noun phrases and boxes."),
+    claims: bool = typer.Option(False, "--claims", help="Ask the configured VLM, from I0, for structural claims of every dynamic object "
+                                "(parts, connectivity, local shape, material) and store them in case.json. Without IMAGE, --spec "
+                                "and --object: add claims to the existing case in --out."),
+    max_claims: int = typer.Option(12, "--max-claims", help="At most this many claims per object (1-12)."),
     base_url: Optional[str] = typer.Option(None, "--base-url", help="VLM endpoint (OpenAI-compatible)."),
     judge_model: Optional[str] = typer.Option(None, "--judge-model", help="VLM model name."),
     api_key: Optional[str] = typer.Option(None, "--api-key", help="VLM API key (never written anywhere)."),
@@ -70,6 +74,9 @@ def _annotate(
     from worldeval.opis.annotate import AnnotateError, AnnotateSpec, annotate, load_spec_file, parse_object_option
 
     err = Console(stderr=True)
+    if claims and image is None and spec is None and not objects:
+        _claims_only(out, base_url, judge_model, api_key, max_claims, quiet or as_json, err)
+        return
     try:
         if spec is not None:
             aspec, spec_image = load_spec_file(spec)
@@ -129,6 +136,8 @@ def _annotate(
             raise AnnotateError(image_path, "image", str(exc)) from exc
         steps = (lambda s: None) if (quiet or as_json) else (lambda s: err.print(f"[dim]{s}...[/dim]"))
         case_json = annotate(img, aspec, out, judge_config=judge, device=device, on_step=steps)
+        if claims:
+            _claims_only(out, base_url, judge_model, api_key, max_claims, quiet or as_json, err)
     except AnnotateError as exc:
         err.print(f"[red]{exc}[/red]")
         raise typer.Exit(2)
@@ -147,6 +156,29 @@ def _annotate(
     elif not quiet:
         Console().print(f"wrote {case_json} with {len(summary['instances'])} instances "
                         f"({len(summary['dropped_duplicates'])} duplicates dropped; geometry: {summary['geometry']})")
+
+
+def _claims_only(out: Path, base_url, judge_model, api_key, max_claims: int, quiet: bool, err) -> None:
+    """Add structural claims to the case in `out` (exit 2 with the reason when the case or the VLM is not there)."""
+    from worldeval.judge import JudgeConfig
+    from worldeval.opis import claims as claims_mod
+    from worldeval.opis.case import CaseError
+
+    if not 1 <= max_claims <= claims_mod.MAX_CLAIMS:
+        raise typer.BadParameter(f"must be in 1..{claims_mod.MAX_CLAIMS}", param_hint="--max-claims")
+    try:
+        config = JudgeConfig.resolve(base_url=base_url, model=judge_model, api_key=api_key)
+    except ValueError as exc:
+        err.print(f"[red]--claims needs a VLM: {exc}[/red]")
+        raise typer.Exit(2)
+    try:
+        summary = claims_mod.add_claims(out, claims_mod.judge_client(config), max_claims=max_claims,
+                                        log=(lambda m: None) if quiet else (lambda m: err.print(m, markup=False)))
+    except CaseError as exc:
+        err.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2)
+    if summary["failures"]:
+        err.print(f"[yellow]claims failed for {len(summary['failures'])} object(s); run again to retry them[/yellow]")
 
 
 def register(app: typer.Typer) -> None:

@@ -50,7 +50,7 @@ from worldeval.media import sample_frame_indices, write_video
 from worldeval.opis.case import Case, rotation_from_angles
 
 # Bump when a change alters the rendered clips or the target choice, so resumed runs re-render.
-SYNTH_VERSION = 4
+SYNTH_VERSION = 5
 INTERVENTIONS = ("faithful", "removed", "recoloured", "squeezed", "duplicated", "other_scene", "moved", "resized", "pasted")
 # share of a mask's pixels that must project inside the frame for it to count as in view
 IN_VIEW_SHARE = 0.75

@@ -6,8 +6,9 @@ a twin. From it this module builds a case (I0 = frame 0, the object's frame-0
 mask) and four rollouts whose correct answer is known frame by frame:
 
 - `faithful`   the real clip;
-- `removed`    the object inpainted away inside its dilated mask, every frame;
-- `recoloured` the object's hue turned inside its mask, every frame;
+- `removed`    the object inpainted away inside its dilated mask, every frame after frame 0;
+- `recoloured` the object's hue turned inside its mask, every frame after frame 0
+               (both are `worldeval.opis.gtclips` variants, shared with `opis audit`);
 - `pasted`     an object cut from ANOTHER clip's frame 0 (not an inventory
                object) pasted into the scene, anchored to the background by
                the background's own frame-to-frame homographies, so it sits
@@ -23,13 +24,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import cv2
 import numpy as np
 
 from worldeval.opis.perception.association import box_iou
-from worldeval.opis.synth import _box, _dilate, find_free_spot, inpaint_region, recolour_object
+from worldeval.opis.synth import _box, _dilate, find_free_spot
 
 CLIP_INTERVENTIONS = ("faithful", "removed", "recoloured", "pasted")
 CLIP_FPS = 24.0  # DAVIS frame rate (SOURCE.md)
@@ -46,47 +47,43 @@ CLIP_OBJECTS: dict[str, tuple[str, str, str]] = {
 
 @dataclass
 class GTClip:
-    """A real clip with the object's ground-truth mask in every frame."""
+    """A real clip with the target's ground-truth mask in every frame, decoded.
+
+    `gt` is the clip as `worldeval.opis.gtclips` (the `opis audit` module) loaded it; the removed and
+    recoloured rollouts are its variants, so `opis audit` and `opis validate` edit the same pixels.
+    """
 
     name: str
     frames: list[np.ndarray]
-    masks: list[np.ndarray]  # H x W bool per frame
+    masks: list[np.ndarray]  # H x W bool per frame: the target (the largest frame-0 instance)
     fps: float = CLIP_FPS
     category: str = "object"
     kinematics: str = "rigid"
     track: str = "dynamic"
-
-
-def _read_mask(path: Path) -> np.ndarray:
-    from PIL import Image
-
-    with Image.open(path) as im:
-        a = np.asarray(im)
-    return (a[..., 0] if a.ndim == 3 else a) > 127
+    gt: Any = None
 
 
 def load_gt_clip(folder: str | Path, max_frames: int | None = None) -> GTClip:
-    """Frames and per-frame masks of a DAVIS-like folder (`frames/*.jpg` with `masks/*.png` or
-    `masks_union_davis2016/*.png`). The swap point for the ground-truth clip module of `opis audit`."""
-    from worldeval.media import read_image
-    from worldeval.opis.case import CaseError
+    """Frames and per-frame target masks of a DAVIS-like folder (`frames/*.jpg` with `masks/*.png` or
+    `masks_union_davis2016/*.png`); a bad folder raises GTError naming the file. Loading and checks
+    are `gtclips.load_clip`'s; the category comes from the folder's instances.json or `CLIP_OBJECTS`."""
+    from dataclasses import replace
+
+    from worldeval.opis import gtclips
 
     folder = Path(folder)
-    name = "davis_bmx_trees" if folder.name == "davis_bmx_trees" else folder.name
-    mdir = next((folder / d for d in ("masks", "masks_union_davis2016") if (folder / d).is_dir()), None)
-    fpaths = sorted((folder / "frames").glob("*.jpg"))
-    if mdir is None or not fpaths:
-        raise CaseError(folder, "frames", "expected frames/*.jpg and masks/*.png")
-    fpaths = fpaths[:max_frames] if max_frames else fpaths
-    frames, masks = [], []
-    for fp in fpaths:
-        mp = mdir / (fp.stem + ".png")
-        if not mp.exists():
-            raise CaseError(mp, "mask", f"no ground-truth mask for frame {fp.name}")
-        frames.append(read_image(fp))
-        masks.append(_read_mask(mp))
-    cat, kin, track = CLIP_OBJECTS.get(name, ("object", "rigid", "dynamic"))
-    return GTClip(name=name, frames=frames, masks=masks, category=cat, kinematics=kin, track=track)
+    mdir = next((folder / d for d in ("masks", "masks_union_davis2016") if (folder / d).is_dir()), folder / "masks")
+    meta = folder / "instances.json"
+    gt = gtclips.load_clip(folder.name, folder / "frames", mdir, CLIP_FPS, meta if meta.exists() else None)
+    if max_frames:
+        gt = replace(gt, frames=gt.frames[:max_frames], masks={t: p for t, p in gt.masks.items() if t < max_frames})
+    if not gt.fully_masked:
+        raise gtclips.GTError(mdir, "masks", f"{len(gt.frames) - len(gt.masks)} frame(s) have no mask; every frame needs one")
+    tv = gtclips.target_value(gt)
+    info = gt.instance_info(tv)
+    cat, kin, track = CLIP_OBJECTS.get(folder.name, (info["category"], info["kinematics"], info["track"]))
+    return GTClip(name=folder.name, frames=[gt.image(t) for t in range(len(gt))], masks=[gt.labels(t) == tv for t in range(len(gt))],
+                  fps=gt.fps, category=cat, kinematics=kin, track=track, gt=gt)
 
 
 # ---------------------------------------------------------------- rollouts
@@ -104,22 +101,6 @@ def write_clip_case(clip: GTClip, case_dir: Path) -> Path:
         "instances": [{"id": "target", "category": clip.category, "kinematics": clip.kinematics, "track": clip.track}],
     }
     return write_case(case_dir, spec, clip.frames[0], {"target": clip.masks[0]})
-
-
-def removal_margin(shape: tuple[int, int]) -> int:
-    """Dilation of the ground-truth mask before inpainting: DAVIS masks stop short of motion blur and shadows."""
-    return max(6, int(round(0.012 * math.hypot(*shape))))
-
-
-def removed_frames(clip: GTClip):
-    r = removal_margin(clip.frames[0].shape[:2])
-    for img, m in zip(clip.frames, clip.masks):
-        yield inpaint_region(img, _dilate(m, r)) if m.any() else img
-
-
-def recoloured_frames(clip: GTClip, hue_turn_deg: float = 150.0, min_saturation: float = 0.25):
-    for img, m in zip(clip.frames, clip.masks):
-        yield recolour_object(img, m, hue_turn_deg, min_saturation)[0] if m.any() else img
 
 
 def background_homographies(clip: GTClip, max_side: int = 640) -> list[np.ndarray | None]:
@@ -168,34 +149,36 @@ def paste_source(other: GTClip, shape: tuple[int, int], area_share: float = 0.03
     return patch, pm
 
 
-def longest_seen(shape: tuple[int, int], Hs: list, frames: list[int]) -> np.ndarray:
-    """Frame-0 pixels that stay inside the frame in as many of `frames` as any pixel does (a panning camera
-    leaves no pixel in view all along; the pasted object then goes where the view lingers longest)."""
+def seen_counts(shape: tuple[int, int], Hs: list, frames: list[int]) -> np.ndarray:
+    """Per frame-0 pixel: in how many of `frames` the background motion keeps it inside the frame."""
     H, W = shape
     count = np.zeros((H, W), np.int32)
     full = np.full((H, W), 255, np.uint8)
     for f in frames:
         if f < len(Hs) and Hs[f] is not None:
             count += cv2.warpPerspective(full, np.linalg.inv(Hs[f]), (W, H), flags=cv2.INTER_NEAREST) > 0
-    return count == count.max()
+    return count
 
 
 def paste_place(clip: GTClip, pm: np.ndarray, Hs: list | None = None) -> dict | None:
     """Where in frame 0 the pasted object goes: clear of the object (by 10% of the frame diagonal) and of the
-    frame's outer 8%, in view for as many sampled frames as possible, as far from the object as fits
-    (find_free_spot's rule)."""
+    frame's outer 8%, as far from the object as fits (find_free_spot's rule), among the pixels the view
+    keeps longest (a panning camera keeps none all along: the bar is lowered one sampled frame at a time)."""
     from worldeval.media import sample_frame_indices
 
     H, W = clip.frames[0].shape[:2]
     canvas = np.zeros((H, W), bool)
     canvas[: pm.shape[0], : pm.shape[1]] = pm
-    allowed = np.zeros((H, W), bool)
+    inner = np.zeros((H, W), bool)
     my, mx = int(0.08 * H), int(0.08 * W)
-    allowed[my : H - my, mx : W - mx] = True
-    if Hs is not None:
-        allowed &= longest_seen((H, W), Hs, sample_frame_indices(len(clip.frames), clip.fps))
+    inner[my : H - my, mx : W - mx] = True
     occupied = _dilate(clip.masks[0], int(0.1 * math.hypot(H, W)))
-    return find_free_spot(canvas, occupied, allowed, scales=(1.0, 0.8, 0.6))
+    count = seen_counts((H, W), Hs, sample_frame_indices(len(clip.frames), clip.fps)) if Hs is not None else np.zeros((H, W), np.int32)
+    for need in range(int(count.max()), -1, -1):
+        spot = find_free_spot(canvas, occupied, inner & (count >= need), scales=(1.0, 0.8, 0.6))
+        if spot is not None:
+            return spot
+    return None
 
 
 def pasted_layer(shape: tuple[int, int], patch: np.ndarray, pm: np.ndarray, spot: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -229,19 +212,17 @@ def synthesize_clip(clip: GTClip, other: GTClip | None, out: Path) -> dict:
     """Write the case and the four rollouts of one clip; return the per-frame ground-truth record."""
     from worldeval.media import write_video
 
+    from worldeval.opis.gtclips import write_variant
+
     write_clip_case(clip, out / "cases" / clip.name)
     rec: dict[str, Any] = {"case_id": clip.name, "num_frames": len(clip.frames), "fps": clip.fps, "videos": {}, "skipped": {}}
-    makers: dict[str, Callable] = {
-        "faithful": lambda: iter(clip.frames),
-        "removed": lambda: removed_frames(clip),
-        "recoloured": lambda: recoloured_frames(clip),
-    }
-    for name, make in makers.items():
-        rec["videos"][name] = str(write_video(out / "rollouts" / name / f"{clip.name}.mp4", make(), clip.fps))
+    # gtclips' variants (lossless, so a rerun measures the same pixels): the real clip, the target
+    # inpainted away inside its dilated mask, its hue turned inside its mask
+    for name, variant in (("faithful", "real"), ("removed", "removed"), ("recoloured", "recoloured")):
+        rec["videos"][name] = str(write_variant(clip.gt, variant, out / "rollouts" / name / f"{clip.name}.mp4", clip.fps))
     total = float(clip.masks[0].size)
     rec["target_area"] = [round(float(m.sum()) / total, 5) for m in clip.masks]
     rec["target_box"] = [list(_box(m)) if m.any() else None for m in clip.masks]
-    rec["removal_margin_px"] = removal_margin(clip.frames[0].shape[:2])
     pasted = _synthesize_paste(clip, other, out)
     if isinstance(pasted, str):
         rec["skipped"]["pasted"] = pasted
@@ -262,7 +243,7 @@ def _synthesize_paste(clip: GTClip, other: GTClip | None, out: Path):
     if spot is None:
         return "no free place for the pasted object"
     obj, mask = pasted_layer(clip.frames[0].shape[:2], patch, pm, spot)
-    video = write_video(out / "rollouts" / "pasted" / f"{clip.name}.mp4", pasted_frames(clip, obj, mask, Hs), clip.fps)
+    video = write_video(out / "rollouts" / "pasted" / f"{clip.name}.mp4", pasted_frames(clip, obj, mask, Hs), clip.fps, crf=0)
     info = {
         "from_clip": other.name, "category": other.category, "bbox": list(_box(mask)),
         # share of the pasted object inside frame t; None where no background fit carried it there
@@ -376,7 +357,7 @@ def judge_clip(name: str, m: dict, base: dict | None, th: ClipThresholds) -> tup
 # ---------------------------------------------------------------- the whole check
 
 
-CLIP_SYNTH_VERSION = 1
+CLIP_SYNTH_VERSION = 2
 
 
 def synthesize_clips(folders: list[Path], out: Path, force: bool = False, log=print,
@@ -392,7 +373,7 @@ def synthesize_clips(folders: list[Path], out: Path, force: bool = False, log=pr
 
     records: dict[str, dict] = {}
     for k, folder in enumerate(folders):
-        name = "davis_bmx_trees" if Path(folder).name == "davis_bmx_trees" else Path(folder).name
+        name = Path(folder).name
         rec_path = out / "synth" / f"{name}.json"
         key = {"version": CLIP_SYNTH_VERSION, "folder": str(Path(folder).resolve()), "max_frames": max_frames,
                "other": str(Path(folders[(k + 1) % len(folders)]).resolve()) if len(folders) > 1 else None}

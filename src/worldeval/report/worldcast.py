@@ -127,8 +127,10 @@ def _read_json(path: Path, notes: list[str]):
         return None
 
 
-def generation_trace(case_dir: Path | None, notes: list[str]) -> dict | None:
-    """What `worldcast generate` recorded for one output (`generation.json`), in the report's terms."""
+def generation_trace(case_dir: Path | None, notes: list[str], thumb_side: int = 96) -> dict | None:
+    """What `worldcast generate` recorded for one output (`generation.json`), in the report's terms.
+
+    Each inspection carries a thumbnail of the draft it inspected, so regenerations can be compared."""
     tr = _read_json(case_dir / "generation.json", notes) if case_dir is not None else None
     if not isinstance(tr, dict):
         return None
@@ -140,11 +142,19 @@ def generation_trace(case_dir: Path | None, notes: list[str]) -> dict | None:
         "call_errors": [f"{c.get('purpose')}: {c.get('error')}" for c in calls if c.get("status") == "failed"],
         "plan": [str(x) for x in plan.get("steps") or []], "plan_model": plan.get("model"),
         "inspections": [{"step": i.get("step"), "attempt": i.get("attempt"), "score": i.get("score"),
-                         "ok": i.get("ok"), "problems": i.get("problems") or i.get("error") or ""}
+                         "ok": i.get("ok"), "problems": i.get("problems") or i.get("error") or "",
+                         "uri": _draft_thumb(case_dir, i.get("draft"), thumb_side, notes)}
                         for i in tr.get("inspections") or [] if isinstance(i, dict)],
         "choices": [c for c in tr.get("choices") or [] if isinstance(c, dict)],
         "notes": [str(n) for n in tr.get("notes") or []],
     }
+
+
+def _draft_thumb(case_dir: Path, rel, side: int, notes: list[str]) -> str | None:
+    if not isinstance(rel, str) or Path(rel).is_absolute() or ".." in Path(rel).parts:
+        return None
+    path = case_dir / rel
+    return _thumb(path, side, notes) if path.is_file() else None
 
 
 def keyframe_trace(states_dir: Path, notes: list[str]) -> dict | None:

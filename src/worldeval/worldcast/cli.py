@@ -101,7 +101,9 @@ def register(app: typer.Typer) -> None:
         step_accuracy: bool = typer.Option(False, "--step-accuracy", help="Also judge each step on its own (designated-step accuracy)."),
         step_scope: str = typer.Option("paper", "--step-scope", help="Cases given step checks: paper (four-step cases without an endpoint reference image) or all."),
         keyframes: str = typer.Option("changepoint", "--keyframes", help="Video keyframe selector: changepoint (no model) or agentic (asks the judge endpoint)."),
-        keyframe_samples: int = typer.Option(16, "--keyframe-samples", help="Frames shown to the agentic selector."),
+        keyframe_samples: int = typer.Option(16, "--keyframe-samples", min=2, help="Frames of the agentic selector's coarse pass."),
+        keyframe_dense: int = typer.Option(8, "--keyframe-dense", min=2, help="Frames of each dense pass of the agentic selector."),
+        keyframe_budget: Optional[int] = typer.Option(None, "--keyframe-budget", min=1, help="VLM requests per video for the agentic selector (default 1 + steps)."),
         case: List[str] = typer.Option([], "--case", help="Judge only these case ids (repeatable)."),
         quiet: bool = typer.Option(False, "--quiet", "-q"),
     ) -> None:
@@ -122,14 +124,17 @@ def register(app: typer.Typer) -> None:
         if keyframes == "changepoint":
             selector = ChangePointSelector()
         elif keyframes == "agentic":
-            selector = AgenticSelector(client, n_samples=keyframe_samples)
+            selector = AgenticSelector(client, n_samples=keyframe_samples, dense_samples=keyframe_dense,
+                                       max_requests=keyframe_budget)
         else:
             _fail(f"--keyframes must be changepoint or agentic, not {keyframes!r}")
         try:
             res = run_judge(dataset, outputs, model, out, client, step_accuracy=step_accuracy, step_scope=step_scope,
                             keyframe_selector=selector, case_ids=list(case) or None,
                             progress=None if quiet else (lambda s: typer.echo(s, err=True)),
-                            extra_config={"cache": None if no_cache else str(cache or _default_cache(out))})
+                            extra_config={"cache": None if no_cache else str(cache or _default_cache(out)),
+                                          "keyframes": {"selector": keyframes, "samples": keyframe_samples,
+                                                        "dense": keyframe_dense, "budget": keyframe_budget}})
         except JudgeUnavailable as exc:
             typer.echo(f"error: {exc}; nothing more was asked (rerun when the endpoint works)", err=True)
             raise typer.Exit(3)

@@ -158,6 +158,22 @@ class GenEndpoint:
                                              timeout=self.config.timeout_s, max_retries=0)
             return self._client
 
+    def preflight(self, timeout_s: float = 10.0) -> None:
+        """One cheap request (`GET /models`) before any case: an unreachable endpoint or a refused key stops
+        the run at once, instead of every case failing after its retries. Any other answer (a server without
+        /models answers 404) means the endpoint is there."""
+        import openai
+
+        where = self.config.base_url or "the default OpenAI endpoint"
+        try:
+            self._openai().with_options(timeout=min(timeout_s, self.config.timeout_s)).models.list()
+        except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
+            raise GenError(f"{where}: HTTP {exc.status_code}, the API key was refused") from None
+        except (openai.APIConnectionError, openai.APITimeoutError) as exc:
+            raise GenError(f"{where}: not reachable ({exc.__class__.__name__})") from None
+        except openai.APIStatusError:
+            pass
+
     def _submit(self, ledger: CallLedger, kind: str, purpose: str, fn: Callable[[], Any]) -> Any:
         """Run `fn` with retries; every attempt is charged to the ledger first, so the budget bounds retries too."""
         last = "no attempt made"

@@ -79,58 +79,81 @@ def run_judge(
     cases = _select_cases(load_cases(dataset), case_ids)
     latest = latest_records(read_judgments(jpath)) if jpath.is_file() else {}
     _refuse_other_judge(jpath, latest, model, client.config.model)
-    result = JudgeRunResult(out_dir)
-    lock = threading.Lock()
-    say = progress or (lambda s: None)
+    run = _JudgeRun(client, model, jpath, latest, step_accuracy, step_scope, progress)
+    tasks = run.plan(cases, outputs, keyframe_selector)
+    try:
+        run.ask_all(tasks)
+    except JudgeUnavailable as exc:
+        run.result.aborted = str(exc)
+        raise
+    finally:
+        run.result.elapsed_s = time.monotonic() - t0
+        _write_manifest(out_dir, dataset, outputs, model, client, run.result, step_accuracy and step_scope,
+                        keyframe_selector, extra_config)
+    return run.result
 
-    def record(rec: dict) -> None:
-        with lock:
-            append_judgment(jpath, rec)
+
+class _JudgeRun:
+    """One invocation: which items are still open, and appending their records as they finish."""
+
+    def __init__(self, client: JudgeClient, model: str, jpath: Path, latest: dict, step_accuracy: bool,
+                 step_scope: str, progress: Callable[[str], None] | None):
+        self.client, self.model, self.jpath, self.latest = client, model, jpath, latest
+        self.step_accuracy, self.step_scope = step_accuracy, step_scope
+        self.say = progress or (lambda s: None)
+        self.settings = client.config.settings()
+        self.result = JudgeRunResult(jpath.parent)
+        self._lock = threading.Lock()
+
+    def base(self, case: WorldCastCase, metric: str, step: int | None, interface: str | None) -> dict:
+        return judgment_base(self.model, case, metric, step, self.client.config.model, interface, self.settings)
+
+    def done(self, case: WorldCastCase, metric: str, step: int | None) -> bool:
+        return self.latest.get((self.model, case.id, metric, step), {}).get("status") == "ok"
+
+    def record(self, rec: dict) -> None:
+        with self._lock:
+            append_judgment(self.jpath, rec)
             if rec["status"] == "ok":
-                result.ok += 1
+                self.result.ok += 1
             else:
-                result.failed += 1
+                self.result.failed += 1
 
-    settings = client.config.settings()
+    def plan(self, cases: list[WorldCastCase], outputs, selector) -> list[tuple]:
+        """Adapt each case's output and list its open items; an output that cannot be adapted fails its items."""
+        tasks, result = [], self.result
+        for case in cases:
+            expected = case_metrics(case, self.step_accuracy, None, self.step_scope)
+            if all(self.done(case, m, s) for m, s in expected):
+                result.kept += len(expected)
+                continue
+            try:
+                seq = adapt_output(case, outputs, self.jpath.parent / "states" / self.model / case.id, selector)
+            except (ValueError, OSError) as exc:
+                result.adapter_failures.append(f"{case.id}: {exc}")
+                self.say(f"{case.id}: cannot adapt output: {exc}")
+                for m, s in expected:
+                    if not self.done(case, m, s):
+                        self.record({**self.base(case, m, s, None), **failure_fields(f"output: {exc}")})
+                continue
+            for m, s in case_metrics(case, self.step_accuracy, len(seq.images), self.step_scope):
+                if self.done(case, m, s):
+                    result.kept += 1
+                else:
+                    tasks.append((case, seq, m, s))
+        result.asked = len(tasks)
+        self.say(f"{len(tasks)} judge items to ask, {result.kept} kept from earlier runs")
+        return tasks
 
-    def base(case: WorldCastCase, metric: str, step: int | None, interface: str | None) -> dict:
-        return judgment_base(model, case, metric, step, client.config.model, interface, settings)
-
-    def done(case: WorldCastCase, metric: str, step: int | None) -> bool:
-        return latest.get((model, case.id, metric, step), {}).get("status") == "ok"
-
-    tasks = []
-    for case in cases:
-        expected = case_metrics(case, step_accuracy, None, step_scope)
-        if all(done(case, m, s) for m, s in expected):
-            result.kept += len(expected)
-            continue
-        try:
-            seq = adapt_output(case, outputs, out_dir / "states" / model / case.id, keyframe_selector)
-        except (ValueError, OSError) as exc:
-            result.adapter_failures.append(f"{case.id}: {exc}")
-            say(f"{case.id}: cannot adapt output: {exc}")
-            for m, s in expected:
-                if not done(case, m, s):
-                    record({**base(case, m, s, None), **failure_fields(f"output: {exc}")})
-            continue
-        for m, s in case_metrics(case, step_accuracy, len(seq.images), step_scope):
-            if done(case, m, s):
-                result.kept += 1
-            else:
-                tasks.append((case, seq, m, s))
-
-    def ask(case: WorldCastCase, seq: StepSequence, metric: str, step: int | None) -> dict:
-        rec = {**base(case, metric, step, seq.interface), **ask_item(client, case, seq, metric, step)}
+    def ask(self, case: WorldCastCase, seq: StepSequence, metric: str, step: int | None) -> dict:
+        rec = {**self.base(case, metric, step, seq.interface), **ask_item(self.client, case, seq, metric, step)}
         if METRICS[metric].per_step:
-            rec["step_scope"] = step_scope
+            rec["step_scope"] = self.step_scope
         return rec
 
-    result.asked = len(tasks)
-    say(f"{len(tasks)} judge items to ask, {result.kept} kept from earlier runs")
-    try:
-        with ThreadPoolExecutor(max_workers=max(1, int(client.config.concurrency))) as pool:
-            futs = {pool.submit(ask, *t): t for t in tasks}
+    def ask_all(self, tasks: list[tuple]) -> None:
+        with ThreadPoolExecutor(max_workers=max(1, int(self.client.config.concurrency))) as pool:
+            futs = {pool.submit(self.ask, *t): t for t in tasks}
             for fut in as_completed(futs):
                 case, seq, m, s = futs[fut]
                 try:
@@ -139,17 +162,9 @@ def run_judge(
                     pool.shutdown(wait=True, cancel_futures=True)
                     raise
                 except Exception as exc:  # a bug or unreadable image must not kill the other items
-                    rec = {**base(case, m, s, seq.interface), **failure_fields(f"{type(exc).__name__}: {exc}")}
-                record(rec)
-                say(f"{case.id} {m}{'' if s is None else s}: {rec['status']} {rec.get('score')}")
-    except JudgeUnavailable as exc:
-        result.aborted = str(exc)
-        raise
-    finally:
-        result.elapsed_s = time.monotonic() - t0
-        _write_manifest(out_dir, dataset, outputs, model, client, result, step_accuracy and step_scope,
-                        keyframe_selector, extra_config)
-    return result
+                    rec = {**self.base(case, m, s, seq.interface), **failure_fields(f"{type(exc).__name__}: {exc}")}
+                self.record(rec)
+                self.say(f"{case.id} {m}{'' if s is None else s}: {rec['status']} {rec.get('score')}")
 
 
 def ask_item(client: JudgeClient, case: WorldCastCase, seq: StepSequence, metric: str, step: int | None) -> dict:

@@ -122,6 +122,30 @@ def _coerce(option: str, value):
         raise HFBackendError(option, value, f"expected {kind.__name__}: {exc}") from exc
 
 
+def fill_from_models_dir(given: dict[str, str | None], models_dir: str | None) -> dict:
+    """Model options not given, from `models_dir` (or the default folder when none is given at all); '_dir' says which."""
+    from worldeval.opis.backends.hf_models import default_models_dir, models_in
+
+    root = models_dir if models_dir else (None if any(given.values()) else default_models_dir())
+    out = dict(given)
+    if root is not None:
+        for option, path in models_in(root).items():
+            out[option] = out.get(option) or path
+    out["_dir"] = str(root or default_models_dir())
+    return out
+
+
+def build_hf_depth(device: str = "cpu", depth: str | None = None, models_dir: str | None = None,
+                   local_files_only: bool = True, dtype: str | None = None, depth_size: int | None = None):
+    """The hf depth estimator alone (annotation's `--depth model`): `depth`, else the models folder's."""
+    from worldeval.opis.backends.hf_geometry import HFDepthEstimator
+
+    found = fill_from_models_dir({"depth": depth}, models_dir)
+    if not found["depth"]:
+        raise HFBackendError("depth", None, f"no depth model: give one, or fetch it into {found['_dir']} (`worldeval models fetch`)")
+    return HFDepthEstimator(found["depth"], torch_device(device), torch_dtype(dtype), bool(local_files_only), depth_size)
+
+
 def build_hf_backend(
     device: str = "cpu",
     sam3: str | None = None,
@@ -134,9 +158,14 @@ def build_hf_backend(
     matcher: str | None = None,
     local_files_only: bool = True,
     dtype: str | None = None,
+    models_dir: str | None = None,
     **options: Any,
 ) -> Backend:
     """Assemble the `hf` Backend from model ids or local folders.
+
+    `models_dir` (a `worldeval models fetch` folder) fills every model option not
+    given; with no model option at all, the default models folder is used
+    (WORLDEVAL_MODELS_DIR, else ~/.cache/worldeval/models).
 
     `options` tune the pieces (all optional): score_threshold, mask_threshold,
     dedupe_iou, max_observations, phrase_batch (SAM 3); points_per_side,
@@ -160,6 +189,11 @@ def build_hf_backend(
     if isinstance(local_files_only, str):
         local_files_only = _coerce_bool("local_files_only", local_files_only)
 
+    given = fill_from_models_dir(dict(sam3=sam3, sam2=sam2, dinov3=dinov3, dinov2=dinov2, vitpose=vitpose,
+                                      vitpose_animal=vitpose_animal, depth=depth, matcher=matcher), models_dir)  # fmt: skip
+    sam3, sam2, dinov3, dinov2 = given["sam3"], given["sam2"], given["dinov3"], given["dinov2"]
+    vitpose, vitpose_animal, depth, matcher = given["vitpose"], given["vitpose_animal"], given["depth"], given["matcher"]
+    where = f" or fetch them into {given['_dir']} (`worldeval models fetch`)"
     dev = torch_device(device)
     dt = torch_dtype(dtype)
     lfo = bool(local_files_only)
@@ -173,7 +207,7 @@ def build_hf_backend(
             "points_per_side", "iou_threshold", "dedupe_iou", "max_observations", "point_batch", "min_area_frac",
             "mask_threshold"))  # fmt: skip
     else:
-        raise HFBackendError("sam3", None, "the hf backend needs a segmenter: give sam3 (or sam2) as a model id or folder")
+        raise HFBackendError("sam3", None, "the hf backend needs a segmenter: give sam3 (or sam2) as a model id or folder" + where)
 
     if dinov3:
         embedder = DinoEmbedder(dinov3, dev, dt, lfo, option="dinov3", **pick(
@@ -182,10 +216,10 @@ def build_hf_backend(
         embedder = DinoEmbedder(dinov2, dev, dt, lfo, option="dinov2", **pick(
             "embed_size", "pooling", "color_weight", "embed_batch", "context"))  # fmt: skip
     else:
-        raise HFBackendError("dinov3", None, "the hf backend needs an embedder: give dinov3 (or dinov2)")
+        raise HFBackendError("dinov3", None, "the hf backend needs an embedder: give dinov3 (or dinov2)" + where)
 
     if not matcher:
-        raise HFBackendError("matcher", None, "the hf backend needs a LightGlue or EfficientLoFTR model folder")
+        raise HFBackendError("matcher", None, "the hf backend needs a LightGlue or EfficientLoFTR model folder" + where)
     match = HFMatcher(matcher, dev, dt, lfo, **pick("match_long_side", "min_match_score", "max_matches"))
 
     depth_est = HFDepthEstimator(depth, dev, dt, lfo, **pick("depth_size")) if depth else None

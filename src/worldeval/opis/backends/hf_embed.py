@@ -166,23 +166,26 @@ class DinoEmbedder:
         return F.normalize(v, dim=-1)
 
     def embed(self, image: np.ndarray, masks: list[np.ndarray], boxes: list) -> np.ndarray:
+        return self.embed_many([(image, masks, boxes)])[0]
+
+    def embed_many(self, items: list[tuple[np.ndarray, list, list]]) -> list[np.ndarray]:
+        """`embed` for several (image, masks, boxes): the crops of all images share the model's batches."""
         import torch
 
-        if len(masks) != len(boxes):
-            raise ValueError(f"embed: {len(masks)} masks but {len(boxes)} boxes")
-        if len(boxes) == 0:
-            return np.zeros((0, self.dim), dtype=np.float32)
+        for image, masks, boxes in items:
+            if len(masks) != len(boxes):
+                raise ValueError(f"embed: {len(masks)} masks but {len(boxes)} boxes")
+        jobs = [(image, m, b) for image, masks, boxes in items for m, b in zip(masks, boxes)]
         feats = []
         with torch.inference_mode():
-            for s in range(0, len(boxes), self.batch):
-                crops = [
-                    masked_crop(image, masks[i], boxes[i], self.context, self.mean).round().astype(np.uint8)
-                    for i in range(s, min(len(boxes), s + self.batch))
-                ]
+            for s in range(0, len(jobs), self.batch):
+                crops = [masked_crop(im, m, b, self.context, self.mean).round().astype(np.uint8) for im, m, b in jobs[s : s + self.batch]]
                 feats.append(self._pool(self.model(pixel_values=self.pixels(crops))).cpu().numpy())
-        dino = np.concatenate(feats).astype(np.float32)
-        if self.color_weight > 0:
-            col = np.stack([color_histogram(image, masks[i], boxes[i]) for i in range(len(boxes))])
+        dino = np.concatenate(feats).astype(np.float32) if feats else np.zeros((0, self.dim), np.float32)
+        if self.color_weight > 0 and len(jobs):
+            col = np.stack([color_histogram(im, m, b) for im, m, b in jobs])
             dino = np.concatenate([np.sqrt(1 - self.color_weight) * dino, np.sqrt(self.color_weight) * col], 1)
         n = np.linalg.norm(dino, axis=1, keepdims=True)
-        return (dino / np.maximum(n, 1e-12)).astype(np.float32)
+        dino = (dino / np.maximum(n, 1e-12)).astype(np.float32)
+        bounds = np.cumsum([0] + [len(boxes) for _, _, boxes in items])
+        return [dino[bounds[k] : bounds[k + 1]] for k in range(len(items))]

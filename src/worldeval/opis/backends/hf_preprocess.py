@@ -172,7 +172,7 @@ class TensorPrep:
         for img in images:
             if img.ndim != 3 or img.shape[2] != 3:
                 raise ValueError(f"expected an H x W x 3 RGB image, got shape {img.shape}")
-            x = torch.from_numpy(np.require(img, dtype=np.uint8, requirements=["C"])).to(device).permute(2, 0, 1)[None]
+            x = torch.from_numpy(np.require(img, dtype=np.uint8, requirements=["C", "W"])).to(device).permute(2, 0, 1)[None]
             resize = tuple(x.shape[-2:]) != size
             if self.order == "resize_uint8":
                 if resize and x.device.type == "cpu" and self.resample == "bilinear":

@@ -28,6 +28,17 @@ def _tv_config(kind: str, side: int, mean, std) -> dict:
             "image_std": list(std)}  # fmt: skip
 
 
+def tiny_clip_tokenizer():
+    """A CLIP tokenizer over single letters (ids 0-53): SAM 3's text encoder reads its ids."""
+    import transformers as T
+
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
+    for t in letters + [c + "</w>" for c in letters]:
+        vocab[t] = len(vocab)
+    return T.CLIPTokenizer(vocab=vocab, merges=[])
+
+
 def build_tiny_models(root: str | Path) -> dict[str, str]:
     """Save one tiny random-weight model per supported class under `root`; returns option -> folder."""
     import torch
@@ -52,11 +63,7 @@ def build_tiny_models(root: str | Path) -> dict[str, str]:
         mask_decoder_config=dict(hidden_size=32, num_attention_heads=2),
     )  # fmt: skip
     paths["sam3"] = _save(T.Sam3Model(sam3), root / "sam3", _tv_config("Sam3ImageProcessor", 112, HALF, HALF))
-    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
-    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
-    for t in letters + [c + "</w>" for c in letters]:
-        vocab[t] = len(vocab)
-    T.CLIPTokenizer(vocab=vocab, merges=[]).save_pretrained(root / "sam3")
+    tiny_clip_tokenizer().save_pretrained(root / "sam3")
 
     sam2 = T.Sam2Config(
         vision_config=dict(
@@ -120,3 +127,21 @@ def build_tiny_models(root: str | Path) -> dict[str, str]:
                                 fine_matching_slice_dim=4, coarse_matching_threshold=0.0)  # fmt: skip
     paths["eloftr"] = _save(T.EfficientLoFTRForKeypointMatching(el), root / "eloftr", T.EfficientLoFTRImageProcessorPil(**pair))
     return paths
+
+
+# models-folder layout (option -> tiny family), as `worldeval models fetch` lays out the real checkpoints
+TINY_LAYOUT = {"sam3": "sam3", "dinov3": "dinov3", "matcher": "lightglue", "depth": "depth_pro", "vitpose": "vitpose_plus"}
+
+
+def build_tiny_models_dir(root: str | Path, layout: dict[str, str] | None = None) -> dict[str, str]:
+    """Tiny models laid out as a models folder (`<root>/<option>`); returns option -> folder."""
+    import shutil
+
+    root = Path(root)
+    built = build_tiny_models(root / ".families")
+    out = {}
+    for option, family in (layout or TINY_LAYOUT).items():
+        shutil.copytree(built[family], root / option)
+        out[option] = str(root / option)
+    shutil.rmtree(root / ".families")
+    return out

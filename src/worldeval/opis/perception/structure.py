@@ -102,23 +102,26 @@ VERDICTS = ("supported", "contradicted", "unknown")
 
 
 def _validate_claims_answer(n: int):
+    # AnswerError (not any ValueError): the judge client retries those and reports them as a failed answer
+    from worldeval.judge.parse import AnswerError
+
     def check(obj: dict) -> dict:
         items = obj.get("claims")
         if not isinstance(items, list) or len(items) != n:
-            raise ValueError(f"expected 'claims' to be a list of {n} objects")
+            raise AnswerError(f"expected 'claims' to be a list of {n} objects")
         out = []
         for k, it in enumerate(items):
             if not isinstance(it, dict):
-                raise ValueError(f"claims[{k}] is not an object")
+                raise AnswerError(f"claims[{k}] is not an object")
             v = str(it.get("verdict", "")).lower().strip()
             if v not in VERDICTS:
-                raise ValueError(f"claims[{k}].verdict must be one of {VERDICTS}")
+                raise AnswerError(f"claims[{k}].verdict must be one of {VERDICTS}")
             try:
                 c = float(it.get("confidence"))
             except (TypeError, ValueError):
-                raise ValueError(f"claims[{k}].confidence must be a number in [0, 1]") from None
+                raise AnswerError(f"claims[{k}].confidence must be a number in [0, 1]") from None
             if not 0.0 <= c <= 1.0:
-                raise ValueError(f"claims[{k}].confidence must be in [0, 1]")
+                raise AnswerError(f"claims[{k}].confidence must be in [0, 1]")
             out.append({"verdict": v, "confidence": c})
         return {"claims": out}
 
