@@ -191,6 +191,7 @@ def test_cli_annotate_with_a_spec_file(tmp_path):
 
 @pytest.mark.slow
 def test_reference_embeddings_with_the_evaluators_embedder(coins, tmp_path):
+    pytest.importorskip("worldeval.opis.evaluate")
     image, refs = coins
     spec = AnnotateSpec(objects=[ObjectPrompt("coin", box=_box(m)) for m in refs[:2]], embeddings=True)
     annotate(image, spec, tmp_path / "e")
@@ -234,8 +235,6 @@ def test_vlm_proposed_phrases_are_validated_and_clipped(coins, tmp_path, monkeyp
 
 def test_hf_backend_picks_the_instance_matching_the_box(coins, tmp_path, monkeypatch):
     """The hf path with a stand-in segmenter: the observation best overlapping the box prompt is kept."""
-    import types
-
     from worldeval.opis.backends.base import Observation
 
     image, refs = coins
@@ -247,9 +246,9 @@ def test_hf_backend_picks_the_instance_matching_the_box(coins, tmp_path, monkeyp
         def observe(self, frame, phrases, reference=None):
             return list(obs)
 
-    from worldeval.opis.backends import registry
+    from worldeval.opis.backends import hf
 
-    monkeypatch.setattr(registry, "build", lambda name, device="cpu", **kw: types.SimpleNamespace(segmenter=Seg()))
+    monkeypatch.setattr(hf, "build_hf_segmenter", lambda device="cpu", **kw: Seg())
     spec = AnnotateSpec(objects=[ObjectPrompt("coin", box=_box(refs[1]))], segmenter="hf", embeddings=False)
     annotate(image, spec, tmp_path / "h")
     case = load_case(tmp_path / "h")
