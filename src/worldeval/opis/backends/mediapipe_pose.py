@@ -40,11 +40,7 @@ class MediaPipePose:
         import mediapipe as mp
 
         self.version = getattr(mp, "__version__", "unknown")
-<<<<<<< HEAD
-        self.versions = {"pose": f"mediapipe {self.version} BlazePose full"}
-=======
         self.versions = {"pose": f"mediapipe {self.version} BlazePose full (33 landmarks, people only)"}
->>>>>>> main
         self._solution = mp.solutions.pose
         self.margin = margin
         self.min_detection_confidence = min_detection_confidence
@@ -66,17 +62,10 @@ class MediaPipePose:
         return self._graph
 
     def keypoints(self, image: np.ndarray, box, category: str | None = None) -> Keypoints | None:
-<<<<<<< HEAD
-        """33 landmarks in image pixels with their visibility as confidence; None when no person is found.
-
-        `category` is part of the pose contract; BlazePose has one (person) model, so it is not needed here.
-        """
-=======
         """33 landmarks in image pixels with their visibility as confidence; None when no person is found
         (or `category`, when given, is not a person)."""
         if category is not None and not self.supports(category):
             return None
->>>>>>> main
         H, W = image.shape[:2]
         x, y, w, h = (float(v) for v in box)
         if w < 4 or h < 4:
