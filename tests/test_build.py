@@ -207,6 +207,28 @@ def test_bad_input_is_named_and_the_run_goes_on_and_resumes(tmp_path):
     assert json.loads((out / "dataset.json").read_text())["cases"] == ["a_good", "c_prose"]
 
 
+def test_threads_give_the_same_cases(tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    answers = {}
+    for name, iid in (("desk", "000000000387"), ("lunch", "000000000142"), ("dinner", "000000000283")):
+        img, objs = small(iid)
+        Image.fromarray(img).save(src / f"{name}.png")
+        answers[img.tobytes()] = screening(objs)
+    outs = []
+    for workers in (1, 3):
+        out = tmp_path / f"ds{workers}"
+        client, _ = client_for(ScriptedVLM(answers), out)
+        s = build_dataset(src, out, BuildConfig(min_objects=2), client, workers=workers)
+        assert s["accepted"] == ["desk", "dinner", "lunch"]
+        outs.append(out)
+    for name in ("desk", "lunch", "dinner"):
+        a, b = (json.loads((o / name / "case.json").read_text()) for o in outs)
+        assert a == b
+        assert np.array_equal(np.load(outs[0] / name / "reference_embeddings.npy"),
+                              np.load(outs[1] / name / "reference_embeddings.npy"))
+
+
 def test_too_few_objects_after_cleaning_is_a_rejection(tmp_path):
     img, objs = small("000000000387")
     shot = screening(objs)

@@ -95,6 +95,7 @@ def _build(
     max_side: int = typer.Option(1280, "--max-side", help="Work at most this large (longest side)."),
     device: str = typer.Option("cpu", "--device"),
     seed: int = typer.Option(0, "--seed"),
+    workers: int = typer.Option(1, "--workers", help="Images built at once (threads sharing the VLM client)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Build OPIS cases from images: VLM screening, phrase cleaning, segmentation, labels, task, geometry."""
@@ -112,7 +113,7 @@ def _build(
                       depth, domain, subcategory, duration, max_side, seed, review)
         client = vlm_client(out, base_url, judge_model, api_key)
         progress = None if as_json else (lambda name: typer.echo(f"building {name}...", err=True))
-        summary = build_dataset(images, out, cfg, client, progress=progress)
+        summary = build_dataset(images, out, cfg, client, progress=progress, workers=workers)
     except InputError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
