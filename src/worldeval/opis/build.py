@@ -56,6 +56,7 @@ class BuildConfig:
     vocabulary: list[str] | None = None
     min_objects: int = 3
     max_objects: int = 40
+    box_format: str = "xywh"  # how the VLM writes boxes (build_vlm.BOX_FORMATS)
     rounds: int = 3
     dedup_iou: float = 0.8
     kinematics: dict[str, str] = field(default_factory=dict)  # concept -> label (overrides the VLM)
@@ -79,6 +80,10 @@ class BuildConfig:
                     raise BuildError(name, concept, f"{label!r} is not one of {allowed}")
         self.kinematics = {normalize(k): v for k, v in self.kinematics.items()}
         self.track = {normalize(k): v for k, v in self.track.items()}
+        from worldeval.opis.build_vlm import BOX_FORMATS
+
+        if self.box_format not in BOX_FORMATS:
+            raise BuildError("--box-format", "box_format", f"{self.box_format!r}: choose from {sorted(BOX_FORMATS)}")
         if not 0 < self.dedup_iou <= 1:
             raise BuildError("--dedup-iou", "dedup_iou", "must be in (0, 1]")
         return self
@@ -251,7 +256,7 @@ def build_one(src: SourceImage, out: Path, cfg: BuildConfig, client: Any, backen
     H, W = image.shape[:2]
     log("read", source=str(src.path), size=[W, H], scale=round(scale, 6))
     vocab = _vocabulary(src, cfg)
-    shot = screen_image(client, image, cfg.min_objects, vocab, cfg.max_objects)
+    shot = screen_image(client, image, cfg.min_objects, vocab, cfg.max_objects, cfg.box_format)
     log("screen", suitable=shot.suitable, reason=shot.reason, objects=[asdict(o) for o in shot.objects],
         vocabulary=vocab, request_hash=shot.request_hash)
     if not shot.suitable:
