@@ -235,8 +235,6 @@ def test_vlm_proposed_phrases_are_validated_and_clipped(coins, tmp_path, monkeyp
 
 def test_hf_backend_picks_the_instance_matching_the_box(coins, tmp_path, monkeypatch):
     """The hf path with a stand-in segmenter: the observation best overlapping the box prompt is kept."""
-    import types
-
     from worldeval.opis.backends.base import Observation
 
     image, refs = coins
@@ -248,9 +246,9 @@ def test_hf_backend_picks_the_instance_matching_the_box(coins, tmp_path, monkeyp
         def observe(self, frame, phrases, reference=None):
             return list(obs)
 
-    fake = types.ModuleType("worldeval.opis.evaluate")
-    fake.load_backend = lambda name, device="cpu", **kw: types.SimpleNamespace(segmenter=Seg())
-    monkeypatch.setitem(__import__("sys").modules, "worldeval.opis.evaluate", fake)
+    from worldeval.opis.backends import hf
+
+    monkeypatch.setattr(hf, "build_hf_segmenter", lambda device="cpu", **kw: Seg())
     spec = AnnotateSpec(objects=[ObjectPrompt("coin", box=_box(refs[1]))], segmenter="hf", embeddings=False)
     annotate(image, spec, tmp_path / "h")
     case = load_case(tmp_path / "h")

@@ -67,6 +67,7 @@ class FakeGenerator(FakeJudge):
         self.video_bytes = video_bytes
         self.video_polls: dict[str, int] = {}
         self.n_images = 0
+        self.short_by = 0  # the Responses route returns this many images fewer than asked
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -142,7 +143,7 @@ class FakeGenerator(FakeJudge):
 
     def _responses(self, h, rec, path):
         text = json.dumps(rec["body"]["input"])
-        k = int(re.search(r"Produce the (\d+) requested states", text).group(1))
+        k = int(re.search(r"Produce the (\d+) requested states", text).group(1)) - self.short_by
         output = []
         for s in range(1, k + 1):
             n, png = self._next_image()
@@ -296,6 +297,13 @@ def test_interleaved_through_the_responses_api(fake, dataset, tmp_path):
         k = re.search(r"DESIGNATED STEP: step (\d+) of", t).group(1)
         assert f"State {k}: what happens." in t
     assert_no_secret_and_no_hints(fake, dataset, out, tmp_path / "run")
+    # a generator that stops one image short: kept as produced, noted, and the judge is told
+    fake.short_by = 1
+    generate(fake, dataset, tmp_path / "short", "--interface", "interleaved", "--case", "phys_ball_drop")
+    trace = json.loads((tmp_path / "short" / "phys_ball_drop" / "generation.json").read_text())
+    assert trace["notes"] == ["the generator returned 3 image(s) for 4 states"]
+    recs, _ = judge(dataset, tmp_path / "short", tmp_path / "run_short", ["phys_ball_drop"])
+    assert all(r["n_states"] == 3 and "case asks for 4 steps, output has 3" in r["warnings"] for r in recs)
 
 
 def test_video_through_the_videos_api(fake, dataset, tmp_path):
@@ -457,6 +465,22 @@ def test_command_runs_a_local_model(dataset, tmp_path):
     assert req["images"] == [str(dataset.resolve() / "goal_tiles" / n) for n in ("input_1.png", "goal.png")]
     assert "hints" not in req and not any(h in json.dumps(req) for h in _hints(dataset))
     assert sorted(p.name for p in (out / "goal_tiles").glob("step_*.png")) == [f"step_{k}.png" for k in range(1, 5)]
+    log = (out / "_generation" / "log.jsonl").read_text()
+    assert '"case_id": "text_only", "elapsed_s"' in log and "exited with status 3" in log
+    # a placeholder typo is refused before anything runs; a program that hangs is stopped, its children too
+    res = CliRunner().invoke(app, ["worldcast", "generate", "--dataset", str(dataset), "--out", str(tmp_path / "o2"),
+                                   "--interface", "interleaved", "--command", "run {outdir}", "-q"])
+    assert res.exit_code == 2 and "unknown placeholder(s) ['outdir']" in res.output
+    marker = tmp_path / "still_running"
+    hang = f"(sleep 1; touch {shlex_quote(str(marker))}) & sleep 30"
+    res = CliRunner().invoke(app, ["worldcast", "generate", "--dataset", str(dataset), "--out", str(tmp_path / "o3"),
+                                   "--interface", "interleaved", "--command", hang, "--command-timeout", "0.3",
+                                   "--case", "adapt_cube_box", "-q"])
+    assert res.exit_code == 1 and "ran past 0.3 s and was stopped" in res.output
+    import time
+
+    time.sleep(1.5)
+    assert not marker.exists()  # the background child died with the group
 
 
 def shlex_quote(s: str) -> str:

@@ -299,21 +299,25 @@ def _box_iou(a: list[float], b: list[float]) -> float:
 
 
 class HFPromptSegmenter:
-    """Masks from the `hf` backend (SAM 2/3 text prompts); boxes pick among the phrase's instances."""
+    """Masks from the `hf` backend (SAM 2/3 text prompts); boxes pick among the phrase's instances.
 
-    def __init__(self, device: str = "cpu"):
+    Only the segmenter is loaded: its model options (`sam3=PATH`, `models_dir=DIR`,
+    thresholds; default: the models folder of `worldeval models fetch`).
+    """
+
+    def __init__(self, device: str = "cpu", options: dict | None = None):
         try:
-            from worldeval.opis.evaluate import load_backend
+            from worldeval.opis.backends.hf import build_hf_segmenter
         except ImportError as exc:
-            raise AnnotateError("--backend", "hf", f"the evaluator is not available: {exc}") from exc
+            raise AnnotateError("--backend", "hf", f"the hf backend is not available: {exc}") from exc
         try:
-            self.backend = load_backend("hf", device=device)
+            self.segmenter = build_hf_segmenter(device=device, **(options or {}))
         except Exception as exc:
-            raise AnnotateError("--backend", "hf", f"cannot load the hf backend: {exc}") from exc
-        self.name = getattr(self.backend.segmenter, "name", "hf")
+            raise AnnotateError("--backend", "hf", f"cannot load the hf segmenter: {exc}") from exc
+        self.name = self.segmenter.name
 
     def masks(self, image: np.ndarray, prompt: ObjectPrompt) -> list[np.ndarray]:
-        obs = self.backend.segmenter.observe(image, [prompt.phrase])
+        obs = self.segmenter.observe(image, [prompt.phrase])
         if prompt.box is not None:
             obs = sorted(obs, key=lambda o: -_box_iou(list(o.box), prompt.box))[:1]
         elif prompt.point is not None:
@@ -467,28 +471,40 @@ def _resize_geometry(g: Geometry, height: int, width: int) -> Geometry:
     return Geometry(depth=depth, K=K, valid=valid)
 
 
-def model_geometry(image: np.ndarray, device: str = "cpu") -> tuple[Geometry | None, str]:
-    """Depth from a backend's depth estimator (hf first, then classical), if one loads."""
-    try:
-        from worldeval.opis.evaluate import load_backend
-    except ImportError:
-        return None, "no evaluator"
+def model_geometry(image: np.ndarray, device: str = "cpu", options: dict | None = None) -> tuple[Geometry | None, str]:
+    """Depth from the hf depth model (`depth=PATH`, `models_dir=DIR`, or the models folder), else the classical one."""
+    reasons = []
     for name in ("hf", "classical"):
         try:
-            est = load_backend(name, device=device).depth
-        except Exception:
+            if name == "hf":
+                from worldeval.opis.backends.hf import build_hf_depth
+
+                est = build_hf_depth(device=device, **_depth_options(options))
+            else:
+                from worldeval.opis.evaluate import load_backend
+
+                est = load_backend(name, device=device).depth
+        except Exception as exc:  # noqa: BLE001 - the next source is tried; the reason is kept
+            reasons.append(f"{name}: {exc}")
             continue
         if est is None:
+            reasons.append(f"{name}: no depth estimator")
             continue
         depth, K = est.estimate(image)
         H, W = image.shape[:2]
         depth = np.asarray(depth, dtype=np.float32)
         ok = np.isfinite(depth) & (depth > 0)
         if depth.shape != (H, W) or not ok.any():
+            reasons.append(f"{name}: depth of shape {depth.shape} without a valid value")
             continue
         depth = np.where(ok, depth, np.float32(np.median(depth[ok])))
         return Geometry(depth=depth, K=K if K is not None else default_intrinsics(H, W), valid=ok), f"model:{est.name}"
-    return None, "no depth model"
+    return None, "; ".join(reasons) or "no depth model"
+
+
+def _depth_options(options: dict | None) -> dict:
+    keep = ("depth", "models_dir", "dtype", "local_files_only", "depth_size")
+    return {k: v for k, v in (options or {}).items() if k in keep}
 
 
 # ---------------------------------------------------------------- main entry
@@ -505,10 +521,13 @@ def resize_max_side(image: np.ndarray, max_side: int | None) -> tuple[np.ndarray
 
 
 def annotate(image: np.ndarray, spec: AnnotateSpec, out_dir: str | Path, judge_config: Any = None,
-             device: str = "cpu", on_step=None, geometry: tuple[Geometry, str] | None = None) -> Path:
+             device: str = "cpu", on_step=None, geometry: tuple[Geometry, str] | None = None,
+             backend_options: dict | None = None) -> Path:
     """Write the case folder `out_dir` for `image` (RGB uint8). Returns the case.json path.
 
     `geometry` = (Geometry at the image's original size, source label) overrides `spec.depth`.
+    `backend_options`: the hf backend's options (model paths, `models_dir`, thresholds) for
+    `--backend hf` and `--depth model`.
     """
     step = on_step or (lambda name: None)
     image = np.asarray(image)
@@ -542,7 +561,7 @@ def annotate(image: np.ndarray, spec: AnnotateSpec, out_dir: str | Path, judge_c
             p.point = [v * scale_prompts for v in p.point]
 
     step(f"segmenting {len(prompts)} prompts ({spec.segmenter})")
-    hf = HFPromptSegmenter(device) if spec.segmenter == "hf" else None
+    hf = HFPromptSegmenter(device, backend_options) if spec.segmenter == "hf" else None
     candidates: list[tuple[ObjectPrompt, np.ndarray, str]] = []
     failures = []
     for k, p in enumerate(prompts):
@@ -562,9 +581,10 @@ def annotate(image: np.ndarray, spec: AnnotateSpec, out_dir: str | Path, judge_c
         for m in masks:
             candidates.append((p, m, source))
 
+    del hf  # the segmenter's memory back before a depth model loads
     annotation = {"tool": "worldeval opis annotate", "phrases_from": proposed_by, "scale": round(scale, 6)}
     return assemble_case(image, spec, candidates, out_dir, annotation, failures, device=device, on_step=step,
-                         geometry=geometry)
+                         geometry=geometry, backend_options=backend_options)
 
 
 Candidate = tuple  # (ObjectPrompt, H x W bool mask, mask source label)
@@ -585,14 +605,14 @@ def exclusive_instances(candidates: list[Candidate], kept: list[int], shape: tup
 
 
 def case_geometry(spec: AnnotateSpec, shape: tuple[int, int], image: np.ndarray, device: str,
-                  given: tuple[Geometry, str] | None) -> tuple[Geometry, str]:
+                  given: tuple[Geometry, str] | None, backend_options: dict | None = None) -> tuple[Geometry, str]:
     """The geometry scaffold and where it came from (a given one, a depth file or model, else flat)."""
     H, W = shape
     geometry, source = None, "flat"
     if given is not None:
         geometry, source = _resize_geometry(given[0], H, W), given[1]
     elif spec.depth == "model":
-        geometry, source = model_geometry(image, device)
+        geometry, source = model_geometry(image, device, backend_options)
         if geometry is None:
             source = f"flat (depth model unavailable: {source})"
     elif spec.depth:
@@ -611,7 +631,8 @@ def case_camera(spec: AnnotateSpec) -> CameraTask:
 
 def assemble_case(image: np.ndarray, spec: AnnotateSpec, candidates: list[Candidate], out_dir: str | Path,
                   annotation: dict, failures: list[dict] | None = None, device: str = "cpu", on_step=None,
-                  geometry: tuple[Geometry, str] | None = None, embedder: Any = None) -> Path:
+                  geometry: tuple[Geometry, str] | None = None, embedder: Any = None,
+                  backend_options: dict | None = None) -> Path:
     """Write the case from segmented candidates: IoU de-duplication (earlier candidates win), exclusive
     masks, ids, labels, geometry, camera task, instruction and reference embeddings (SPEC section 2).
 
@@ -636,7 +657,7 @@ def assemble_case(image: np.ndarray, spec: AnnotateSpec, candidates: list[Candid
                           "attributes": dict(sorted(p.attributes.items())), "claims": list(p.claims)})
         masks_by_id[iid] = final[i]
     step("geometry")
-    geo, geo_source = case_geometry(spec, (H, W), image, device, geometry)
+    geo, geo_source = case_geometry(spec, (H, W), image, device, geometry, backend_options)
     camera = case_camera(spec)
     case = {
         "id": spec.case_id, "domain": spec.domain, "subcategory": spec.subcategory, "image": "input.png",

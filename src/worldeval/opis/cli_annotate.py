@@ -63,6 +63,9 @@ def _annotate(
     judge_model: Optional[str] = typer.Option(None, "--judge-model", help="VLM model name."),
     api_key: Optional[str] = typer.Option(None, "--api-key", help="VLM API key (never written anywhere)."),
     device: str = typer.Option("cpu", "--device", help="Device for the hf backend / depth model."),
+    backend_option: Optional[List[str]] = typer.Option(
+        None, "--backend-option", help="hf backend option KEY=VALUE (repeatable): sam3=PATH, depth=PATH, models_dir=DIR, "
+                                       "score_threshold=...; default models: `worldeval models fetch`'s folder."),
     seed: int = typer.Option(0, "--seed", help="Seed of GrabCut's initialisation."),
     quiet: bool = typer.Option(False, "--quiet"),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary."),
@@ -135,7 +138,10 @@ def _annotate(
         except ValueError as exc:
             raise AnnotateError(image_path, "image", str(exc)) from exc
         steps = (lambda s: None) if (quiet or as_json) else (lambda s: err.print(f"[dim]{s}...[/dim]"))
-        case_json = annotate(img, aspec, out, judge_config=judge, device=device, on_step=steps)
+        from worldeval.opis.cli_eval import _parse_options
+
+        case_json = annotate(img, aspec, out, judge_config=judge, device=device, on_step=steps,
+                             backend_options=_parse_options(backend_option or []))
         if claims:
             _claims_only(out, base_url, judge_model, api_key, max_claims, quiet or as_json, err)
     except AnnotateError as exc:

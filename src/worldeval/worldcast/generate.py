@@ -76,6 +76,8 @@ class GenerateOptions:
             raise ValueError(f"--{self.mode} makes one image per state; it needs --interface interleaved")
         if self.command and (self.agentic or self.plan_iterate):
             raise ValueError("--command runs your own program; it cannot be combined with --agentic or --plan-iterate")
+        if self.command:
+            check_command(self.command)
         if self.mode in ("agentic", "plan-iterate") and self.enhancer is None:
             raise ValueError(f"--{self.mode} needs a planning model")
         if self.agentic and (self.inspector is None or not self.budget):
@@ -103,6 +105,38 @@ class GenerateOptions:
                 "model", "base_url", "size", "quality", "video_seconds", "video_size")},
             "enhancer": _model_of(self.enhancer), "inspector": _model_of(self.inspector),
         }
+
+
+COMMAND_FIELDS = ("case_dir", "out_dir", "request_file", "prompt_file", "case_id", "steps", "interface")
+
+
+def check_command(command: str) -> None:
+    """Every `{...}` of a --command must be a known placeholder (write `{{` and `}}` for literal braces)."""
+    import string
+
+    try:
+        names = {f for _, f, _, _ in string.Formatter().parse(command) if f is not None}
+    except ValueError as exc:
+        raise ValueError(f"--command {command!r}: {exc} (write {{{{ and }}}} for literal braces)") from None
+    unknown = sorted(names - set(COMMAND_FIELDS))
+    if unknown:
+        raise ValueError(f"--command has unknown placeholder(s) {unknown}; known: {', '.join(COMMAND_FIELDS)} "
+                         "(write {{ and }} for literal braces)")
+
+
+def _run_logged(cmd: str, log: Path, timeout_s: float) -> int:
+    """Run a shell command in its own process group, so a timeout ends the whole tree, not just the shell."""
+    import os
+    import signal
+
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(cmd, shell=True, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            return proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise GenError(f"--command ran past {timeout_s:g} s and was stopped (log: {log})") from None
 
 
 def _model_of(client) -> dict | None:
@@ -166,6 +200,8 @@ class CaseJob:
                 atomic_write_json(self.stage / "plan.json", {"steps": plan, "source": "enhancer"})
         elif self.opts.interface == "interleaved":
             steps = ep.interleaved(prompt, self.refs, self.ledger, "interleaved sequence")
+            if len(steps) != self.case.steps:  # kept as produced: a missing or extra state is for the judge to see
+                self.trace["notes"].append(f"the generator returned {len(steps)} image(s) for {self.case.steps} states")
             for k, s in enumerate(steps, start=1):
                 atomic_write_bytes(self.stage / f"step_{k}.png", s["image"])
             texts = [s["text"] for s in steps]
@@ -249,12 +285,7 @@ class CaseJob:
         log = self.book / "logs" / f"{self.case.id}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
-        with open(log, "wb") as fh:
-            try:
-                rc = subprocess.run(cmd, shell=True, stdout=fh, stderr=subprocess.STDOUT,
-                                    timeout=self.opts.command_timeout_s).returncode
-            except subprocess.TimeoutExpired:
-                raise GenError(f"--command ran past {self.opts.command_timeout_s:g} s (log: {log})") from None
+        rc = _run_logged(cmd, log, self.opts.command_timeout_s)
         self.trace["command"] = {"argv": cmd, "returncode": rc, "log": str(log), "elapsed_s": round(time.monotonic() - t0, 3)}
         if rc != 0:
             raise GenError(f"--command exited with status {rc} (log: {log})")

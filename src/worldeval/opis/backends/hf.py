@@ -143,7 +143,35 @@ def build_hf_depth(device: str = "cpu", depth: str | None = None, models_dir: st
     found = fill_from_models_dir({"depth": depth}, models_dir)
     if not found["depth"]:
         raise HFBackendError("depth", None, f"no depth model: give one, or fetch it into {found['_dir']} (`worldeval models fetch`)")
-    return HFDepthEstimator(found["depth"], torch_device(device), torch_dtype(dtype), bool(local_files_only), depth_size)
+    size = _coerce("depth_size", depth_size) if depth_size is not None else None
+    return HFDepthEstimator(found["depth"], torch_device(device), torch_dtype(dtype),
+                            _coerce_bool("local_files_only", local_files_only), size)
+
+
+SEGMENTER_OPTIONS = {
+    "sam3": ("score_threshold", "mask_threshold", "dedupe_iou", "max_observations", "phrase_batch", "min_area_frac"),
+    "sam2": ("points_per_side", "iou_threshold", "dedupe_iou", "max_observations", "point_batch", "min_area_frac",
+             "mask_threshold"),
+}  # fmt: skip
+
+
+def _segmenter(sam3, sam2, dev, dt, lfo, options: dict, where: str = ""):
+    from worldeval.opis.backends.hf_segment import Sam2Segmenter, Sam3Segmenter
+
+    kind, cls = ("sam3", Sam3Segmenter) if sam3 else ("sam2", Sam2Segmenter) if sam2 else (None, None)
+    if kind is None:
+        raise HFBackendError("sam3", None, "the hf backend needs a segmenter: give sam3 (or sam2) as a model id or folder" + where)
+    return cls(sam3 or sam2, dev, dt, lfo, **{k: options[k] for k in SEGMENTER_OPTIONS[kind] if k in options})
+
+
+def build_hf_segmenter(device: str = "cpu", sam3: str | None = None, sam2: str | None = None, models_dir: str | None = None,
+                       local_files_only: bool = True, dtype: str | None = None, **options: Any):
+    """The hf segmenter alone (annotation's `--backend hf`): SAM 3, else SAM 2; the other hf options are ignored."""
+    found = fill_from_models_dir({"sam3": sam3, "sam2": sam2}, models_dir)
+    opts = {k: _coerce(k, v) for k, v in options.items() if k in OPTION_TYPES}
+    lfo = _coerce_bool("local_files_only", local_files_only)
+    where = f" or fetch it into {found['_dir']} (`worldeval models fetch`)"
+    return _segmenter(found["sam3"], found["sam2"], torch_device(device), torch_dtype(dtype), lfo, opts, where)
 
 
 def build_hf_backend(
@@ -179,15 +207,12 @@ def build_hf_backend(
     from worldeval.opis.backends.hf_embed import DinoEmbedder
     from worldeval.opis.backends.hf_geometry import HFDepthEstimator, HFMatcher
     from worldeval.opis.backends.hf_pose import VitPoseEstimator
-    from worldeval.opis.backends.hf_segment import Sam2Segmenter, Sam3Segmenter
-
     unknown = sorted(set(options) - set(OPTION_TYPES))
     if unknown:
         known = sorted(OPTION_TYPES) + list(MODEL_OPTIONS)
         raise HFBackendError(unknown[0], options[unknown[0]], f"unknown option; known: {known}")
     options = {k: _coerce(k, v) for k, v in options.items()}
-    if isinstance(local_files_only, str):
-        local_files_only = _coerce_bool("local_files_only", local_files_only)
+    local_files_only = _coerce_bool("local_files_only", local_files_only)
 
     given = fill_from_models_dir(dict(sam3=sam3, sam2=sam2, dinov3=dinov3, dinov2=dinov2, vitpose=vitpose,
                                       vitpose_animal=vitpose_animal, depth=depth, matcher=matcher), models_dir)  # fmt: skip
@@ -199,15 +224,7 @@ def build_hf_backend(
     lfo = bool(local_files_only)
     pick = lambda *keys: {k: options[k] for k in keys if k in options}  # noqa: E731
 
-    if sam3:
-        segmenter = Sam3Segmenter(sam3, dev, dt, lfo, **pick(
-            "score_threshold", "mask_threshold", "dedupe_iou", "max_observations", "phrase_batch", "min_area_frac"))  # fmt: skip
-    elif sam2:
-        segmenter = Sam2Segmenter(sam2, dev, dt, lfo, **pick(
-            "points_per_side", "iou_threshold", "dedupe_iou", "max_observations", "point_batch", "min_area_frac",
-            "mask_threshold"))  # fmt: skip
-    else:
-        raise HFBackendError("sam3", None, "the hf backend needs a segmenter: give sam3 (or sam2) as a model id or folder" + where)
+    segmenter = _segmenter(sam3, sam2, dev, dt, lfo, options, where)
 
     if dinov3:
         embedder = DinoEmbedder(dinov3, dev, dt, lfo, option="dinov3", **pick(
