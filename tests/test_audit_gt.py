@@ -210,3 +210,23 @@ def test_instances_json_errors_name_the_field(tmp_path):
     clips, err = load_clips(tmp_path / "gt")
     assert clips == [] and err["blackswan"]["field"] == "instances.255.kinematics"
     assert err["blackswan"]["file"].endswith("blackswan/instances.json")
+
+
+def test_layout_discovery_and_label_reading(tmp_path):
+    """A folder that is itself a clip; DAVIS with two resolution levels (480p preferred); an RGB mask."""
+    from PIL import Image
+
+    from worldeval.opis.gtclips import GTError, find_clips, load_clips, read_labels
+
+    relayout(tmp_path / "one", "blackswan", "A", frames=range(0, 3))
+    assert [c[0] for c in find_clips(tmp_path / "one" / "blackswan")] == ["blackswan"]
+    relayout(tmp_path / "davis", "dog", "B", frames=range(0, 3))
+    for sub in ("JPEGImages", "Annotations"):
+        (tmp_path / "davis" / sub / "Full-Resolution" / "dog").mkdir(parents=True)
+    clips, err = load_clips(tmp_path / "davis")
+    assert err == {} and [c.name for c in clips] == ["dog"] and "480p" in str(clips[0].frames[0])
+    assert clips[0].instance_values == [1] and clips[0].size == (120, 214) and len(clips[0].masks) == 3
+    rgb = tmp_path / "rgb.png"
+    Image.new("RGB", (4, 4)).save(rgb)
+    with pytest.raises(GTError, match="palette or grey"):
+        read_labels(rgb)

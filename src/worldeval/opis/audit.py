@@ -75,8 +75,8 @@ class AuditConfig:
 
 def _clip_fingerprint(clip: G.GTClip, donor: G.GTClip | None, cfg: AuditConfig) -> str:
     files = list(clip.frames) + list(clip.masks.values()) + ([clip.meta_path] if clip.meta_path and clip.meta_path.exists() else [])
-    if donor is not None:
-        files += [donor.frames[0], donor.masks[0]]
+    if donor is not None:  # the pasted object comes from all of the donor's frames
+        files += list(donor.frames) + list(donor.masks.values())
     return fingerprint_paths(files) + json.dumps(cfg.gt_key(), sort_keys=True)
 
 
