@@ -1,9 +1,17 @@
 """Structure measurements (paper section 4.3).
 
-* static (eq. 4): median distance between where the camera puts an instance's
-  correspondences and where they were matched, over the observed box diagonal,
-  `s = exp(-rho / lambda_g)`. Uses every selected correspondence, not only
-  camera inliers; needs a reliable camera and `min_correspondences`.
+* static (eq. 4, source `static`): with depth (the case's geometry or a depth
+  model's), median distance between where the background-fitted camera puts an
+  instance's depth-lifted I0 correspondences and where they were matched, over
+  the observed box diagonal, `s = exp(-rho / lambda_g)`. Uses every selected
+  correspondence, not only camera inliers; needs a reliable camera and
+  `min_correspondences`.
+* static_flat (no depth, source `static_flat`; not the paper's eq. 4): the
+  camera is a homography of the dominant plane, so the prediction is corrected
+  by one similarity per instance (position, scale, rotation: what parallax of an
+  off-plane rigid object does to first order) and the residual is scored as in
+  eq. 4. It measures how far the object's keypoints are from moving as one rigid
+  similarity: shear, stretch, squeeze and broken parts, not a drift in place.
 * pose (eq. 5): segment-length log-ratios against I0 after removing the
   median (one scale per instance), `s = mean exp(-|r - median r| / tau)`.
 * claims: a VLM judges the case's structural claims for the object in the
@@ -21,7 +29,9 @@ import numpy as np
 def static_structure(
     bank, i: int, frame: np.ndarray, obs_box, cam, matcher, *, lambda_g: float = 0.05, min_correspondences: int = 6
 ) -> tuple[float | None, dict]:
-    """s_stat for instance i matched to an observation with box `obs_box`; None when not measurable."""
+    """s_stat for instance i matched to an observation with box `obs_box`; None when not measurable.
+
+    The info dict's `source` is `static` (eq. 4 with depth) or `static_flat` (no depth, see the module doc)."""
     if cam is None or not cam.reliable:
         return None, {"reason": "camera unreliable"}
     import cv2
@@ -67,7 +77,7 @@ def static_structure(
     if diag <= 0:
         return None, {"reason": "empty box"}
     rho = float(np.median(err)) / diag
-    return float(math.exp(-rho / lambda_g)), {"n": n, "rho": rho}
+    return float(math.exp(-rho / lambda_g)), {"n": n, "rho": rho, "source": "static" if z is not None else "static_flat"}
 
 
 def pose_structure(kp0, kp1, *, tau: float = 0.2, min_conf: float = 0.3, min_segments: int = 3) -> float | None:
@@ -200,10 +210,10 @@ def instance_structure(bank, i, frame, ob, cam, backend, config, judge) -> tuple
     """(score, source) for instance i matched to observation `ob`: static residual for static
     instances; else pose keypoints where the backend has them for the category, else the claims judge."""
     if bank.tracks[i] == "static":
-        s, _ = static_structure(
+        s, info = static_structure(
             bank, i, frame, ob.box, cam, backend.matcher, lambda_g=config.lambda_g, min_correspondences=config.min_correspondences
         )
-        return (s, "static") if s is not None else (None, None)
+        return (s, info["source"]) if s is not None else (None, None)
     if backend.pose is not None and backend.pose.supports(bank.categories[i]):
         s = _pose(bank, i, frame, ob, backend.pose, config)
         if s is not None:
