@@ -190,3 +190,79 @@ def test_static_structure_with_depth_is_eq4_static():
     flat = build_reference(_case(img, {"a": A}, {"a": "static"}))
     s2, info2 = static_structure(flat, 0, img, flat.boxes[0], estimate_camera(flat, img, m), m)
     assert info2["source"] == "static_flat" and s2 > 0.9
+
+
+# ----------------------------------------------------------------------------- pose lifted with depth (eq. 5)
+
+
+def test_pose_landmarks_lifted_with_depth_measure_3d_segments():
+    """An arm rotated towards the camera keeps its 3-D length but looks shorter in pixels: lifted
+    with depth its segments all scale alike (s = 1); in pixels one segment shrinks (s < 1)."""
+    from worldeval.opis.backends.base import Keypoints
+    from worldeval.opis.perception.structure import lift_keypoints, pose_structure
+
+    K = np.array([[100.0, 0, 50], [0, 100.0, 50], [0, 0, 1]])
+    edges = [(0, 1), (1, 2), (2, 3)]
+
+    def image_of(X):  # J x 3 camera-space points -> pixels and a depth map holding each point's depth
+        uv = (X @ K.T)[:, :2] / X[:, 2:]
+        depth = np.zeros((100, 100), np.float32)
+        for (u, v), z in zip(uv, X[:, 2]):
+            depth[int(round(v)) - 2:int(round(v)) + 3, int(round(u)) - 2:int(round(u)) + 3] = z
+        return Keypoints(xy=uv, conf=np.ones(len(X)), edges=edges), depth
+
+    X0 = np.array([[-0.3, -0.2, 4.0], [0.0, -0.2, 4.0], [0.3, -0.2, 4.0], [0.3, 0.1, 4.0]])
+    X1 = X0.copy()
+    X1[3] = [0.3, -0.2 + 0.3 * np.cos(1.2), 4.0 - 0.3 * np.sin(1.2)]  # last segment tilted away from the camera
+    assert np.isclose(np.linalg.norm(X1[3] - X1[2]), 0.3)
+    kp0, d0 = image_of(X0)
+    kp1, d1 = image_of(X1)
+    flat = pose_structure(kp0, kp1, tau=0.2)
+    lifted = pose_structure(lift_keypoints(kp0, d0, K), lift_keypoints(kp1, d1, K), tau=0.2)
+    # by hand in pixels: the tilted segment's length ratio r3 = |p3 - p2|_1 / |p3 - p2|_0
+    p0, p1 = kp0.xy, kp1.xy
+    r = np.log([np.linalg.norm(p1[b] - p1[a]) / np.linalg.norm(p0[b] - p0[a]) for a, b in edges])
+    assert np.isclose(flat, np.mean(np.exp(-np.abs(r - np.median(r)) / 0.2)))
+    assert flat < 0.9 and np.isclose(lifted, 1.0, atol=1e-6)
+
+
+def test_pose_structure_is_lifted_only_when_the_case_and_the_backend_have_depth():
+    """The structure stage lifts with I0's geometry and the depth model's estimate of the frame."""
+    from worldeval.opis.backends.base import Keypoints
+    from worldeval.opis.perception.structure import measure_structure
+
+    K = np.array([[100.0, 0, 50], [0, 100.0, 50], [0, 0, 1]])
+    X0 = np.array([[-0.3, -0.2, 4.0], [0.0, -0.2, 4.0], [0.3, -0.2, 4.0], [0.3, 0.1, 4.0]])
+    X1 = X0.copy()
+    X1[3] = [0.3, -0.2 + 0.3 * np.cos(1.2), 4.0 - 0.3 * np.sin(1.2)]
+
+    def project(X):
+        uv = (X @ K.T)[:, :2] / X[:, 2:]
+        depth = np.full((100, 100), 4.0, np.float32)
+        for (u, v), z in zip(uv, X[:, 2]):
+            depth[int(round(v)) - 2:int(round(v)) + 3, int(round(u)) - 2:int(round(u)) + 3] = z
+        return uv, depth
+
+    (uv0, d0), (uv1, d1) = project(X0), project(X1)
+    img0, frame = np.zeros((100, 100, 3), np.uint8), np.ones((100, 100, 3), np.uint8)
+    pose = SimpleNamespace(supports=lambda c: True, keypoints=lambda im, box, category=None: Keypoints(
+        xy=uv0 if im is img0 else uv1, conf=np.ones(4), edges=[(0, 1), (1, 2), (2, 3)]))
+    depth_model = SimpleNamespace(estimate=lambda im: (d1, K))
+    mask = np.zeros((100, 100), bool)
+    mask[20:80, 10:90] = True
+
+    def run(geometry, depth):
+        case = Case(spec=CaseSpec(id="t", domain="d", subcategory="s", image="i.png", instances=[
+            {"id": "p", "category": "person", "kinematics": "articulated", "track": "dynamic", "bbox": mask_bbox(mask)}]),
+            root=".", image=img0, masks={"p": mask}, geometry=geometry)  # fmt: skip
+        st = SimpleNamespace(bank=build_reference(case), frame=frame, shape=(100, 100), cam=None, n=1, frame_depth=None,
+                             obs=[SimpleNamespace(box=(10.0, 20.0, 80.0, 60.0))], assoc=SimpleNamespace(match=[0]))
+        measure_structure(st, SimpleNamespace(pose=pose, depth=depth, matcher=None), EvalConfig(), None)
+        return st.structure[0], st.structure_source[0]
+
+    geo = Geometry(depth=d0, K=K, valid=np.ones((100, 100), bool))
+    s3d, src = run(geo, depth_model)
+    assert src == "pose" and np.isclose(s3d, 1.0, atol=1e-6)
+    s_flat, _ = run(geo, None)  # no depth model for the frame: pixel lengths
+    s_nogeo, _ = run(None, depth_model)  # no I0 depth: pixel lengths
+    assert s_flat < 0.9 and np.isclose(s_flat, s_nogeo)

@@ -52,6 +52,7 @@ class FrameState:
     extras: list[int] = field(default_factory=list)  # observation indices
     structure: list[float | None] = field(default_factory=list)
     structure_source: list[str | None] = field(default_factory=list)
+    frame_depth: tuple | None = None  # (depth, K) of the frame from the backend's depth model, when asked for
 
     @property
     def shape(self) -> tuple[int, int]:
