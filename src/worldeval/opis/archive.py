@@ -348,7 +348,7 @@ def _locate(row: int, sources: Sequence[tuple[str, int]] | None, source: str | N
     return source, row
 
 
-def _codes(s: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+def label_codes(s: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """Integer codes (-1 for null) and the labels, for categorical or plain string columns."""
     if isinstance(s.dtype, pd.CategoricalDtype):
         return s.cat.codes.to_numpy(), np.asarray(s.cat.categories, dtype=object)
@@ -419,7 +419,7 @@ def validate_archive(
     matched = df["matched"].to_numpy(dtype=bool)
     ambiguous = df["ambiguous"].to_numpy(dtype=bool)
 
-    vis_codes, vis_labels = _codes(df["visibility"])
+    vis_codes, vis_labels = label_codes(df["visibility"])
     bad_label = np.array([lab not in VISIBILITY for lab in vis_labels], dtype=bool)
     if bad_label.any():
         fail("visibility", (vis_codes >= 0) & bad_label[np.maximum(vis_codes, 0)],
@@ -428,12 +428,12 @@ def validate_archive(
     expected = vis_codes == lab_idx.get("expected_visible", -2)
     unknown = vis_codes == lab_idx.get("unknown", -2)
 
-    track_codes, track_labels = _codes(df["track"])
+    track_codes, track_labels = label_codes(df["track"])
     bad_track = np.array([lab not in TRACKS for lab in track_labels], dtype=bool)
     if bad_track.any():
         fail("track", (track_codes >= 0) & bad_track[np.maximum(track_codes, 0)],
              f"has an unknown label (allowed: {', '.join(TRACKS)})")
-    src_codes, src_labels = _codes(df["structure_source"])
+    src_codes, src_labels = label_codes(df["structure_source"])
     bad_src = np.array([lab not in STRUCTURE_SOURCES for lab in src_labels], dtype=bool)
     if bad_src.any():
         fail("structure_source", (src_codes >= 0) & bad_src[np.maximum(src_codes, 0)],
@@ -467,14 +467,14 @@ def validate_archive(
     case_key, frame_key = keys.case, keys.frame
 
     for c in ("domain", "subcategory", "n_reference"):
-        codes = np.asarray(_codes(df[c])[0] if c != "n_reference" else nref)
+        codes = np.asarray(label_codes(df[c])[0] if c != "n_reference" else nref)
         fail(c, codes != codes[keys.first_row_of_case][case_key], "differs between rows of the same (model, case_id)")
     first_t = np.zeros(keys.n_frames)
     first_t[frame_key[::-1]] = tsec[::-1]
     fail("time_s", tsec != first_t[frame_key], "differs between rows of the same (model, case_id, frame)")
 
-    sub_codes, _ = _codes(df["subcategory"])
-    dom_codes, _ = _codes(df["domain"])
+    sub_codes, _ = label_codes(df["subcategory"])
+    dom_codes, _ = label_codes(df["domain"])
     n_dom = int(dom_codes.max()) + 1
     pairs = np.flatnonzero(np.bincount(sub_codes * n_dom + dom_codes))
     pair_sub = pairs // n_dom
@@ -484,7 +484,7 @@ def validate_archive(
         fail("domain", (sub_codes == s_bad) & (dom_codes != first_dom),
              "differs for the same subcategory (a subcategory belongs to one domain)")
 
-    icode, _ = _codes(df["instance_id"])
+    icode, _ = label_codes(df["instance_id"])
     ref_rows = np.flatnonzero(~extra)
     key = frame_key[ref_rows] * (int(icode.max()) + 2) + icode[ref_rows]
     # Archives are usually written frame by frame, instance by instance: then the
@@ -532,8 +532,8 @@ def _dense(key: np.ndarray) -> tuple[np.ndarray, int]:
 
 
 def archive_keys(df: pd.DataFrame) -> ArchiveKeys:
-    mcode, _ = _codes(df["model"])
-    ccode, _ = _codes(df["case_id"])
+    mcode, _ = label_codes(df["model"])
+    ccode, _ = label_codes(df["case_id"])
     case_key, n_cases = _dense(mcode.astype(np.int64) * (int(ccode.max()) + 1) + ccode)
     frame = df["frame"].to_numpy().astype(np.int64)
     frame_key, n_frames = _dense(case_key * (int(frame.max()) + 1) + frame)

@@ -2,7 +2,7 @@
 
 Three steps, in the spirit of COCOeval:
 
-1. `evaluate`: one pass over the archive rows reduces them to per-frame
+1. `frame_evidence`: one pass over the archive rows reduces them to per-frame
    evidence counts (|E_t|, missing, |X_t|, sums/minima/gate failures of the
    appearance and structure values, coverage counts). Every rule below reads
    only these arrays, never the rows again.
@@ -29,7 +29,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from worldeval.opis.archive import ArchiveKeys, archive_keys, read_archive_with_keys, validate_archive
+from worldeval.opis.archive import ArchiveKeys, archive_keys, label_codes, read_archive_with_keys, validate_archive
 from worldeval.stats import Hierarchy, percentile_interval, stratified_counts
 
 VARIANTS = ("strict", "no_gate", "no_coverage", "minimum", "uniform")
@@ -111,7 +111,7 @@ def variant_rules(variant: str, config: ScoreConfig) -> Rules:
     raise ValueError(f"unknown variant {variant!r} (choose from {', '.join(VARIANTS)})")
 
 
-# ----------------------------------------------------------------------------- step 1: evaluate
+# ----------------------------------------------------------------------------- step 1: frame evidence
 
 
 @dataclass
@@ -148,14 +148,6 @@ class FrameEvidence:
         return len(self.cases)
 
 
-def _codes(s: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    if isinstance(s.dtype, pd.CategoricalDtype):
-        # Small integer codes (int8 for a handful of labels): comparisons stay cheap.
-        return s.cat.codes.to_numpy(), np.asarray(s.cat.categories, dtype=object)
-    codes, uniques = pd.factorize(s, use_na_sentinel=True)
-    return codes, np.asarray(uniques, dtype=object)
-
-
 def _floats(s: pd.Series) -> np.ndarray:
     if s.dtype == np.float64:
         return s.to_numpy()
@@ -163,14 +155,14 @@ def _floats(s: pd.Series) -> np.ndarray:
 
 
 def _label_eq(s: pd.Series, label: str) -> np.ndarray:
-    codes, labels = _codes(s)
+    codes, labels = label_codes(s)
     hit = np.flatnonzero(labels == label)
     if len(hit) == 0:
         return np.zeros(len(s), dtype=bool)
     return codes == hit[0]
 
 
-def evaluate(df: pd.DataFrame, config: ScoreConfig = ScoreConfig(), keys: ArchiveKeys | None = None) -> FrameEvidence:
+def frame_evidence(df: pd.DataFrame, config: ScoreConfig = ScoreConfig(), keys: ArchiveKeys | None = None) -> FrameEvidence:
     """Reduce archive rows to per-frame evidence.
 
     The archive is validated first unless `config.validate` is False or the
@@ -551,7 +543,7 @@ def _diag_json(lvl: dict, t: int) -> dict:
 
 def score_frame(df: pd.DataFrame, config: ScoreConfig = ScoreConfig()) -> dict:
     """Score an in-memory archive DataFrame; returns the SPEC section 3 JSON object."""
-    return summarize(evaluate(df, config), config)
+    return summarize(frame_evidence(df, config), config)
 
 
 def score_runs(paths: str | Path | Sequence[str | Path], config: ScoreConfig = ScoreConfig()) -> dict:
@@ -562,6 +554,6 @@ def score_runs(paths: str | Path | Sequence[str | Path], config: ScoreConfig = S
     if isinstance(paths, (str, Path)):
         paths = [paths]
     df, keys = read_archive_with_keys(paths, validate=config.validate)
-    result = summarize(evaluate(df, replace(config, validate=False), keys=keys), config)
+    result = summarize(frame_evidence(df, replace(config, validate=False), keys=keys), config)
     result["runs"] = [str(p) for p in paths]
     return result
