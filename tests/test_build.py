@@ -62,13 +62,16 @@ def screening(objects, suitable=True, moves=None) -> dict:
 class ScriptedVLM:
     """Answers the screening request from the image it is shown (matched by pixels), the task request with TASK."""
 
-    def __init__(self, answers: dict[bytes, dict | str], task=TASK):
+    def __init__(self, answers: dict[bytes, dict | str], task=TASK, clean=None):
         self.answers = answers  # image bytes (as the client encodes them) -> screening answer
         self.task = task
+        self.clean = clean
 
     def __call__(self, request):
         if "TASK SPECIFICATION" in request.text:
             return self.task
+        if "PHRASE CLEANING" in request.text:
+            return self.clean
         arr = np.asarray(Image.open(io.BytesIO(request.images[0].data)).convert("RGB"))
         return self.answers[arr.tobytes()]
 
@@ -260,6 +263,33 @@ def test_gemini_style_boxes_give_the_same_case(tmp_path):
     assert cases[0].masks.keys() == cases[1].masks.keys()
     for k in cases[0].masks:
         assert mask_iou(cases[0].masks[k], cases[1].masks[k]) > 0.99
+
+
+def test_vlm_assisted_cleaning_drops_and_merges(tmp_path):
+    img, objs = small("000000000387")
+    shot = screening(objs)
+    shot["objects"][1]["phrase"] = "notebook"  # the second laptop, under another name
+    shot["objects"].append({"phrase": "desk", "box": [0, 60, 160, 60], "kinematics": "rigid"})
+    clean = {"drop": [{"phrase": "desk", "reason": "a surface the objects stand on"}],
+             "merge": [{"phrase": "notebook", "into": "laptop"}]}
+    src = tmp_path / "in"
+    src.mkdir()
+    Image.fromarray(img).save(src / "desk.png")
+    out = tmp_path / "ds"
+    client, transport = client_for(ScriptedVLM({img.tobytes(): shot}, clean=clean), out)
+    assert build_dataset(src, out, BuildConfig(min_objects=2, vlm_clean=True), client)["accepted"] == ["desk"]
+    assert sorted(i.category for i in load_case(out / "desk").instances) == ["cell phone", "laptop", "laptop"]
+    phr = next(r for r in read_jsonl(out / "build_log.jsonl") if r.get("step") == "phrases")
+    assert phr["concepts"] == ["laptop", "cell phone"]
+    assert {"phrase": "desk", "action": "dropped", "concept": None, "reason": "vlm: a surface the objects stand on"} \
+        in phr["decisions"]
+    assert sum("PHRASE CLEANING" in r.text for r in transport.requests) == 1
+    # a cleaning answer naming phrases that were never proposed is outside the contract: a failed step
+    bad = {"drop": [{"phrase": "sofa", "reason": "?"}], "merge": []}
+    out2 = tmp_path / "ds2"
+    client, _ = client_for(ScriptedVLM({img.tobytes(): shot}, clean=bad), out2)
+    s = build_dataset(src, out2, BuildConfig(min_objects=2, vlm_clean=True), client)
+    assert s["failed"][0]["field"] == "cleaning" and not s["accepted"]
 
 
 def test_too_few_objects_after_cleaning_is_a_rejection(tmp_path):

@@ -36,7 +36,7 @@ from worldeval.opis.annotate import AnnotateError, AnnotateSpec, ObjectPrompt, a
     resize_max_side
 from worldeval.opis.build_phrases import clean_phrases, concept_map, normalize
 from worldeval.opis.build_segment import concept_rounds, grabcut_from_boxes
-from worldeval.opis.build_vlm import BuildStepError, screen_image, propose_task
+from worldeval.opis.build_vlm import BuildStepError, propose_task, screen_image, vlm_clean
 from worldeval.opis.case import KINEMATICS, TRACKS, Geometry, default_intrinsics, mask_bbox
 from worldeval.runs import append_jsonl, atomic_write_json, read_jsonl
 
@@ -70,6 +70,7 @@ class BuildConfig:
     grabcut_iters: int = 5
     seed: int = 0
     review: bool = False
+    vlm_clean: bool = False  # a VLM pass over the rule-cleaned phrases (the paper's VLM-assisted cleaning)
 
     def check(self) -> "BuildConfig":
         if self.backend not in ("classical", "hf"):
@@ -268,7 +269,12 @@ def build_one(src: SourceImage, out: Path, cfg: BuildConfig, client: Any, backen
             ([v for v in vocab if normalize(v) not in {normalize(p) for p in proposed}] if backend is not None else [])
     concepts, decisions = clean_phrases(proposed)
     mapping = concept_map(decisions)
-    log("phrases", concepts=concepts, decisions=[d.record() for d in decisions])
+    records = [d.record() for d in decisions]
+    if cfg.vlm_clean and concepts:
+        concepts, target, extra = vlm_clean(client, image, concepts)
+        mapping = {p: (target.get(c) if c is not None else None) for p, c in mapping.items()}
+        records += extra
+    log("phrases", concepts=concepts, decisions=records)
     prompts = _prompts(shot.objects, mapping, cfg)
     n_objects = len(prompts) if backend is None else len(concepts)
     if backend is None and n_objects < cfg.min_objects:
@@ -296,7 +302,7 @@ def build_one(src: SourceImage, out: Path, cfg: BuildConfig, client: Any, backen
     if cfg.review:
         from worldeval.opis.build_review import write_review_page
 
-        write_review_page(out, src.id, decisions=[d.record() for d in decisions])
+        write_review_page(out, src.id, decisions=records)
     log("done", status="accepted", reason="")
     return "accepted"
 

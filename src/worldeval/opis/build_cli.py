@@ -61,7 +61,7 @@ def _echo_summary(summary: dict, as_json: bool, what: str) -> None:
 
 
 def _config(backend, backend_option, device, vocabulary, min_objects, rounds, dedup_iou, kinematics, track, depth,
-            domain, subcategory, duration, max_side, seed, review, box_format="xywh"):
+            domain, subcategory, duration, max_side, seed, review, box_format="xywh", clean=False):
     from worldeval.opis.build import BuildConfig
     from worldeval.opis.cli_eval import _parse_options
 
@@ -69,7 +69,8 @@ def _config(backend, backend_option, device, vocabulary, min_objects, rounds, de
                        vocabulary=read_vocabulary(vocabulary), min_objects=min_objects, rounds=rounds,
                        dedup_iou=dedup_iou, kinematics=_parse_options(kinematics), track=_parse_options(track),
                        depth=depth, domain=domain, subcategory=subcategory, duration_s=duration,
-                       max_side=max_side or None, seed=seed, review=review, box_format=box_format).check()
+                       max_side=max_side or None, seed=seed, review=review, box_format=box_format,
+                       vlm_clean=clean).check()
 
 
 def _build(
@@ -98,6 +99,7 @@ def _build(
     workers: int = typer.Option(1, "--workers", help="Images built at once (threads sharing the VLM client)."),
     box_format: str = typer.Option("xywh", "--box-format", help="How the VLM writes boxes: xywh, xyxy (pixels), "
                                                                  "xyxy-1000 or yxyx-1000 (0-1000 grid, e.g. Gemini)."),
+    clean: bool = typer.Option(False, "--vlm-clean", help="After the rule-based phrase cleaning, a VLM pass (one request)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Build OPIS cases from images: VLM screening, phrase cleaning, segmentation, labels, task, geometry."""
@@ -112,7 +114,7 @@ def _build(
         if images is None:
             raise BuildError("IMAGES", "images", "give a folder of images or a list file (or --apply-review FILE)")
         cfg = _config(backend, backend_option, device, vocabulary, min_objects, rounds, dedup_iou, kinematics, track,
-                      depth, domain, subcategory, duration, max_side, seed, review, box_format)
+                      depth, domain, subcategory, duration, max_side, seed, review, box_format, clean)
         client = vlm_client(out, base_url, judge_model, api_key)
         progress = None if as_json else (lambda name: typer.echo(f"building {name}...", err=True))
         summary = build_dataset(images, out, cfg, client, progress=progress, workers=workers)
