@@ -105,6 +105,16 @@ def case_id_for(name: str) -> str:
     return cid
 
 
+def _provenance(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise BuildError(path, "provenance", f"cannot read: {exc}") from exc
+    if not isinstance(data, dict):
+        raise BuildError(path, "provenance", "must be a JSON object")
+    return data
+
+
 def discover_images(inputs: str | Path) -> list[SourceImage]:
     """A list file (one path per line, relative to the file), a folder of images, or a folder of
     `<id>/image.*` folders as `opis source` writes them (their provenance.json is read too)."""
@@ -120,8 +130,7 @@ def discover_images(inputs: str | Path) -> list[SourceImage]:
             imgs = sorted(q for q in sub.iterdir() if q.stem == "image" and q.suffix.lower() in IMAGE_SUFFIXES)
             if imgs:
                 prov = sub / "provenance.json"
-                found.append(SourceImage(case_id_for(sub.name), imgs[0],
-                                         json.loads(prov.read_text(encoding="utf-8")) if prov.exists() else None))
+                found.append(SourceImage(case_id_for(sub.name), imgs[0], _provenance(prov) if prov.exists() else None))
     else:
         raise BuildError(root, "IMAGES", "not found: give a folder of images or a list file")
     seen: Counter = Counter()
@@ -385,11 +394,15 @@ def build_dataset(inputs: str | Path, out: str | Path, cfg: BuildConfig, client:
         try:
             status = build_one(src, out, cfg, client, backend, embedder)
         except (BuildStepError, AnnotateError, BuildError) as exc:
-            _Log(out, src.id)("done", status="failed", file=exc.file, field=exc.field, reason=exc.reason)
-            return "failed", {"image": src.id, "file": exc.file, "field": exc.field, "reason": exc.reason}
-        with lock:
-            write_dataset_json(out)
-        return status, src.id
+            file, field, reason = exc.file, exc.field, exc.reason
+        except Exception as exc:  # a model or library failure on one image must not end a thousand-image run
+            file, field, reason = str(src.path), "internal", f"{type(exc).__name__}: {exc}"
+        else:
+            with lock:
+                write_dataset_json(out)
+            return status, src.id
+        _Log(out, src.id)("done", status="failed", file=file, field=field, reason=reason)
+        return "failed", {"image": src.id, "file": file, "field": field, "reason": reason}
 
     if workers > 1 and len(todo) > 1:
         with ThreadPoolExecutor(max_workers=workers) as pool:
