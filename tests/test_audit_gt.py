@@ -201,6 +201,10 @@ def test_bad_input_names_the_file_and_the_other_clips_run(tmp_path):
     assert err["late_unreadable"]["file"].endswith("late_unreadable/frames/00006.jpg")
     assert set(res["clips"]) == {"good"} and res["checks"]["association"]["n"] > 0
     assert json.loads((tmp_path / "out" / "cases" / "dataset.json").read_text())["cases"] == ["good"]
+    logs = []
+    again = run_audit(gt, tmp_path / "out", AuditConfig(fps=4, workers=0, variants=("real",), force=True), log=logs.append)
+    assert "eval real: 1 done, 0 kept, 0 failed" in " ".join(logs)  # --force redoes the evaluation
+    assert set(again["errors"]) == set(err)
 
 
 def test_instances_json_errors_name_the_field(tmp_path):

@@ -37,6 +37,7 @@ def audit_gt(
     fps: float = typer.Option(24.0, "--fps", help="Frame rate of the clips (an instances.json 'fps' overrides it)."),
     workers: int = typer.Option(1, "--workers", help="Evaluation worker processes (0: in this process)."),
     max_side: Optional[int] = typer.Option(None, "--max-side", help="Evaluate frames at most this large."),
+    force: bool = typer.Option(False, "--force", help="Write the rollouts and evaluate them again (after changing the evaluator: resume only tracks inputs and settings)."),
     as_json: bool = typer.Option(False, "--json", help="Print the agreement JSON instead of the tables."),
 ) -> None:
     """Audit the evaluator on real video with ground-truth masks (run with --gt DIR)."""
@@ -51,7 +52,7 @@ def audit_gt(
     if fps <= 0:
         raise typer.BadParameter("must be positive", param_hint="--fps")
     err = _console(stderr=True)
-    cfg = AuditConfig(backend=backend, device=device, fps=fps, workers=workers, max_side=max_side)
+    cfg = AuditConfig(backend=backend, device=device, fps=fps, workers=workers, max_side=max_side, force=force)
     try:
         result = run_audit(gt, out, cfg, log=lambda m: err.print(m, markup=False, highlight=False))
     except GTError as exc:
