@@ -7,7 +7,9 @@ masks only for the rider and bike together (DAVIS-2016 union), so it is audited 
 The apple has a mask for frame 0 only: it contributes identity and structure decisions, no
 association or visibility ones, and no interventions.
 
-    PYTHONPATH=src python benchmarks/audit_shared.py [--out DIR] [--backend classical] [--workers 1] [--json]
+    PYTHONPATH=src python benchmarks/audit_shared.py [--out DIR] [--backend classical] [--workers 1] [--json] [--force]
+
+Rerunning on the same DIR resumes (15 s); after the evaluator changed, pass --force (or a new DIR).
 
 Prints Table 13 (pooled) and the per-clip table, and writes DIR/audit.json and DIR/decisions.csv.
 Timings on a shared machine are inflated by whatever else runs there.
@@ -78,6 +80,7 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--json", action="store_true", help="print the --json object of opis audit")
+    ap.add_argument("--force", action="store_true", help="redo rollouts and evaluation (needed after evaluator changes)")
     args = ap.parse_args()
 
     from rich.console import Console
@@ -86,7 +89,7 @@ def main() -> None:
 
     gt = lay_out(args.out / "gt")
     t0 = time.perf_counter()
-    res = run_audit(gt, args.out / "audit", AuditConfig(backend=args.backend, device=args.device, workers=args.workers),
+    res = run_audit(gt, args.out / "audit", AuditConfig(backend=args.backend, device=args.device, workers=args.workers, force=args.force),
                     log=lambda m: print(m, flush=True))
     if args.json:
         print(json.dumps({k: res[k] for k in ("checks", "clips", "confusions")}, indent=2))

@@ -65,6 +65,7 @@ class AuditConfig:
     min_show_px: int = 100
     max_side: int | None = None
     variants: tuple[str, ...] = G.VARIANTS  # which rollouts to write and evaluate
+    force: bool = False  # redo rollouts and evaluation (resume only tracks inputs and settings, not evaluator code)
 
     def gt_key(self) -> dict:
         return {"version": AUDIT_VERSION, "fps": float(self.fps), "variants": list(self.variants)}
@@ -75,8 +76,8 @@ class AuditConfig:
 
 def _clip_fingerprint(clip: G.GTClip, donor: G.GTClip | None, cfg: AuditConfig) -> str:
     files = list(clip.frames) + list(clip.masks.values()) + ([clip.meta_path] if clip.meta_path and clip.meta_path.exists() else [])
-    if donor is not None:
-        files += [donor.frames[0], donor.masks[0]]
+    if donor is not None:  # the pasted object comes from all of the donor's frames
+        files += list(donor.frames) + list(donor.masks.values())
     return fingerprint_paths(files) + json.dumps(cfg.gt_key(), sort_keys=True)
 
 
@@ -371,6 +372,11 @@ def run_audit(gt: str | Path, out: str | Path, cfg: AuditConfig | None = None, l
     cfg = cfg or AuditConfig()
     gt, out = Path(gt), Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    if cfg.force:
+        import shutil
+
+        for sub in ("gt", "runs"):
+            shutil.rmtree(out / sub, ignore_errors=True)
     clips, records, errors = prepare(gt, out, cfg, log)
     run_dirs = evaluate_variants(out, cfg, log) if clips else {}
     by_name = {c.name: c for c in clips}
