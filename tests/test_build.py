@@ -62,13 +62,16 @@ def screening(objects, suitable=True, moves=None) -> dict:
 class ScriptedVLM:
     """Answers the screening request from the image it is shown (matched by pixels), the task request with TASK."""
 
-    def __init__(self, answers: dict[bytes, dict | str], task=TASK):
+    def __init__(self, answers: dict[bytes, dict | str], task=TASK, clean=None):
         self.answers = answers  # image bytes (as the client encodes them) -> screening answer
         self.task = task
+        self.clean = clean
 
     def __call__(self, request):
         if "TASK SPECIFICATION" in request.text:
             return self.task
+        if "PHRASE CLEANING" in request.text:
+            return self.clean
         arr = np.asarray(Image.open(io.BytesIO(request.images[0].data)).convert("RGB"))
         return self.answers[arr.tobytes()]
 
@@ -205,6 +208,88 @@ def test_bad_input_is_named_and_the_run_goes_on_and_resumes(tmp_path):
     screened = [r.text for r in transport.requests[n1:] if "SCREENING" in r.text]
     assert len(screened) == 1  # only c_prose was asked again (b_broken never reaches the VLM)
     assert json.loads((out / "dataset.json").read_text())["cases"] == ["a_good", "c_prose"]
+
+
+def test_threads_give_the_same_cases(tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    answers = {}
+    for name, iid in (("desk", "000000000387"), ("lunch", "000000000142"), ("dinner", "000000000283")):
+        img, objs = small(iid)
+        Image.fromarray(img).save(src / f"{name}.png")
+        answers[img.tobytes()] = screening(objs)
+    outs = []
+    for workers in (1, 3):
+        out = tmp_path / f"ds{workers}"
+        client, _ = client_for(ScriptedVLM(answers), out)
+        s = build_dataset(src, out, BuildConfig(min_objects=2), client, workers=workers)
+        assert s["accepted"] == ["desk", "dinner", "lunch"]
+        outs.append(out)
+    for name in ("desk", "lunch", "dinner"):
+        a, b = (json.loads((o / name / "case.json").read_text()) for o in outs)
+        assert a == b
+        assert np.array_equal(np.load(outs[0] / name / "reference_embeddings.npy"),
+                              np.load(outs[1] / name / "reference_embeddings.npy"))
+
+
+def test_box_formats_of_other_vlms():
+    from worldeval.opis.build_vlm import pixel_box
+
+    # a 200 x 100 image; the same box [x=20, y=10, w=60, h=40] written four ways
+    assert pixel_box([20, 10, 60, 40], "xywh", 200, 100) == [20, 10, 60, 40]
+    assert pixel_box([20, 10, 80, 50], "xyxy", 200, 100) == [20, 10, 60, 40]
+    assert pixel_box([100, 100, 400, 500], "xyxy-1000", 200, 100) == [20, 10, 60, 40]
+    assert pixel_box([100, 100, 500, 400], "yxyx-1000", 200, 100) == [20, 10, 60, 40]
+
+
+def test_gemini_style_boxes_give_the_same_case(tmp_path):
+    img, objs = small("000000000387")
+    H, W = img.shape[:2]
+    src = tmp_path / "in"
+    src.mkdir()
+    Image.fromarray(img).save(src / "desk.png")
+    pix = screening(objs)
+    grid = json.loads(json.dumps(pix))
+    for o in grid["objects"]:
+        x, y, w, h = o["box"]
+        o["box"] = [y * 1000 / H, x * 1000 / W, (y + h) * 1000 / H, (x + w) * 1000 / W]
+    cases = []
+    for fmt, answer in (("xywh", pix), ("yxyx-1000", grid)):
+        out = tmp_path / fmt
+        client, transport = client_for(ScriptedVLM({img.tobytes(): answer}), out)
+        assert build_dataset(src, out, BuildConfig(min_objects=2, box_format=fmt), client)["accepted"] == ["desk"]
+        assert "0-1000 grid" in transport.requests[0].text if fmt != "xywh" else "in pixels" in transport.requests[0].text
+        cases.append(load_case(out / "desk"))
+    assert cases[0].masks.keys() == cases[1].masks.keys()
+    for k in cases[0].masks:
+        assert mask_iou(cases[0].masks[k], cases[1].masks[k]) > 0.99
+
+
+def test_vlm_assisted_cleaning_drops_and_merges(tmp_path):
+    img, objs = small("000000000387")
+    shot = screening(objs)
+    shot["objects"][1]["phrase"] = "notebook"  # the second laptop, under another name
+    shot["objects"].append({"phrase": "desk", "box": [0, 60, 160, 60], "kinematics": "rigid"})
+    clean = {"drop": [{"phrase": "desk", "reason": "a surface the objects stand on"}],
+             "merge": [{"phrase": "notebook", "into": "laptop"}]}
+    src = tmp_path / "in"
+    src.mkdir()
+    Image.fromarray(img).save(src / "desk.png")
+    out = tmp_path / "ds"
+    client, transport = client_for(ScriptedVLM({img.tobytes(): shot}, clean=clean), out)
+    assert build_dataset(src, out, BuildConfig(min_objects=2, vlm_clean=True), client)["accepted"] == ["desk"]
+    assert sorted(i.category for i in load_case(out / "desk").instances) == ["cell phone", "laptop", "laptop"]
+    phr = next(r for r in read_jsonl(out / "build_log.jsonl") if r.get("step") == "phrases")
+    assert phr["concepts"] == ["laptop", "cell phone"]
+    assert {"phrase": "desk", "action": "dropped", "concept": None, "reason": "vlm: a surface the objects stand on"} \
+        in phr["decisions"]
+    assert sum("PHRASE CLEANING" in r.text for r in transport.requests) == 1
+    # a cleaning answer naming phrases that were never proposed is outside the contract: a failed step
+    bad = {"drop": [{"phrase": "sofa", "reason": "?"}], "merge": []}
+    out2 = tmp_path / "ds2"
+    client, _ = client_for(ScriptedVLM({img.tobytes(): shot}, clean=bad), out2)
+    s = build_dataset(src, out2, BuildConfig(min_objects=2, vlm_clean=True), client)
+    assert s["failed"][0]["field"] == "cleaning" and not s["accepted"]
 
 
 def test_too_few_objects_after_cleaning_is_a_rejection(tmp_path):
