@@ -24,6 +24,7 @@ builds (or the models folder): a path that does not exist fails at once, named.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -279,17 +280,20 @@ def main(argv=None) -> int:
     report: dict = {"mode": "tiny" if args.tiny else "random-full" if args.random_full else "checkpoints",
                     "device": device, "dtype": args.dtype or "float32", "work": str(work)}  # fmt: skip
     try:
+        t0 = time.perf_counter()
         models = resolve_models(args, work)
-        report["models"] = models
-        for line in check_loading(models, device, args.dtype):
-            print(line, flush=True)
-        from worldeval.opis.backends.hf import build_hf_backend
+        report["models"], report["models_ready_s"] = models, round(time.perf_counter() - t0, 1)
+        if not args.random_full:  # random full-size weights: speed and memory only, measured end to end
+            for line in check_loading(models, device, args.dtype):
+                print(line, flush=True)
+            from worldeval.opis.backends.hf import build_hf_backend
 
-        backend = build_hf_backend(device, models_dir=str(Path(models["sam3"]).parent), dtype=args.dtype)
-        report["shapes"] = check_shapes(backend, models)
-        if not (args.tiny or args.random_full):
-            report["quality"] = check_quality(backend, models)
-        del backend
+            backend = build_hf_backend(device, models_dir=str(Path(models["sam3"]).parent), dtype=args.dtype)
+            report["shapes"] = check_shapes(backend, models)
+            if not args.tiny:
+                report["quality"] = check_quality(backend, models)
+            del backend
+            gc.collect()
         report["end_to_end"] = check_end_to_end(models, work, device, args.dtype, args.frames, args.batch_size)
     except CheckFailed as exc:
         report["failed"] = {"piece": exc.piece, "path": exc.path, "reason": exc.reason}
