@@ -210,8 +210,10 @@ def check_end_to_end(models: dict[str, str], work: Path, device: str, dtype: str
         x, y, w, h = _box(rider == label)
         objs += ["--object", f"{phrase}:{x:.0f},{y:.0f},{w:.0f},{h:.0f}"]
     dataset, case = work / "dataset", work / "dataset" / "bmx_0001"
+    t_annotate = time.perf_counter()
     code = _cli(["opis", "annotate", str(DATA / "frames" / "00000.jpg"), "--out", str(case), *objs, "--backend", "hf",
                  "--depth", "model", "--device", device, "--camera", "pan-left-return", "--quiet"])  # fmt: skip
+    t_annotate = time.perf_counter() - t_annotate
     _check(code == 0 and (case / "case.json").exists(), "annotate", str(case), f"opis annotate --backend hf exit {code}")
     spec = json.loads((case / "case.json").read_text())
     _check(len(spec["instances"]) >= 1, "annotate", str(case / "case.json"), "no instance annotated")
@@ -239,7 +241,7 @@ def check_end_to_end(models: dict[str, str], work: Path, device: str, dtype: str
     sampled = len(json.loads((run / "frames" / "check" / "bmx_0001.json").read_text())["frames"])
     stages = manifest["timings"]["stages_s"]
     measured = sum(v for k, v in stages.items() if k != "writing")
-    out = {"frames_in_clip": n, "sampled_frames": sampled, "wall_s": round(wall, 2),
+    out = {"annotate_s": round(t_annotate, 2), "frames_in_clip": n, "sampled_frames": sampled, "wall_s": round(wall, 2),
            "sampled_frames_per_s_wall": round(sampled / wall, 3),
            "sampled_frames_per_s_measuring": round(sampled / max(measured, 1e-9), 3), "stages_s": stages,
            "instances": len(spec["instances"]), "annotation_geometry": spec["annotation"]["geometry"],
