@@ -48,7 +48,8 @@ def main(argv=None) -> int:
     if not (args.data / "davis_bmx_trees").exists():
         print(f"data not found: {args.data / 'davis_bmx_trees'}", file=sys.stderr)
         return 2
-    from worldeval.opis.evaluate import STAGES, run_eval
+    from worldeval.opis.evaluate import STAGES
+    from worldeval.opis.run import run_eval
 
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)

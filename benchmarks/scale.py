@@ -46,7 +46,7 @@ def _archive(run_dir: Path):
 
 
 def _run(dataset: Path, rollouts: Path, out: Path, workers: int, executor: str) -> tuple[float, int, dict]:
-    from worldeval.opis.evaluate import run_eval
+    from worldeval.opis.run import run_eval
 
     shutil.rmtree(out, ignore_errors=True)
     t0 = time.perf_counter()

@@ -201,6 +201,10 @@ def test_bad_input_names_the_file_and_the_other_clips_run(tmp_path):
     assert err["late_unreadable"]["file"].endswith("late_unreadable/frames/00006.jpg")
     assert set(res["clips"]) == {"good"} and res["checks"]["association"]["n"] > 0
     assert json.loads((tmp_path / "out" / "cases" / "dataset.json").read_text())["cases"] == ["good"]
+    logs = []
+    again = run_audit(gt, tmp_path / "out", AuditConfig(fps=4, workers=0, variants=("real",), force=True), log=logs.append)
+    assert "eval real: 1 done, 0 kept, 0 failed" in " ".join(logs)  # --force redoes the evaluation
+    assert set(again["errors"]) == set(err)
 
 
 def test_instances_json_errors_name_the_field(tmp_path):
@@ -210,3 +214,23 @@ def test_instances_json_errors_name_the_field(tmp_path):
     clips, err = load_clips(tmp_path / "gt")
     assert clips == [] and err["blackswan"]["field"] == "instances.255.kinematics"
     assert err["blackswan"]["file"].endswith("blackswan/instances.json")
+
+
+def test_layout_discovery_and_label_reading(tmp_path):
+    """A folder that is itself a clip; DAVIS with two resolution levels (480p preferred); an RGB mask."""
+    from PIL import Image
+
+    from worldeval.opis.gtclips import GTError, find_clips, load_clips, read_labels
+
+    relayout(tmp_path / "one", "blackswan", "A", frames=range(0, 3))
+    assert [c[0] for c in find_clips(tmp_path / "one" / "blackswan")] == ["blackswan"]
+    relayout(tmp_path / "davis", "dog", "B", frames=range(0, 3))
+    for sub in ("JPEGImages", "Annotations"):
+        (tmp_path / "davis" / sub / "Full-Resolution" / "dog").mkdir(parents=True)
+    clips, err = load_clips(tmp_path / "davis")
+    assert err == {} and [c.name for c in clips] == ["dog"] and "480p" in str(clips[0].frames[0])
+    assert clips[0].instance_values == [1] and clips[0].size == (120, 214) and len(clips[0].masks) == 3
+    rgb = tmp_path / "rgb.png"
+    Image.new("RGB", (4, 4)).save(rgb)
+    with pytest.raises(GTError, match="palette or grey"):
+        read_labels(rgb)

@@ -65,7 +65,7 @@ def dataset(tmp_path):
 
 def test_errors_are_recorded_and_the_run_finishes(dataset, tmp_path):
     from worldeval.opis.archive import read_archive
-    from worldeval.opis.evaluate import run_eval
+    from worldeval.opis.run import run_eval
 
     ds, ro = dataset
     out = tmp_path / "run"
@@ -133,7 +133,7 @@ class _SilentServer:
 
 def test_vlm_timeout_is_an_item_error(tmp_path):
     from worldeval.judge.client import JudgeConfig
-    from worldeval.opis.evaluate import run_eval
+    from worldeval.opis.run import run_eval
 
     ds, ro = tmp_path / "ds", tmp_path / "ro"
     img = _case(ds, "claimy", track="dynamic", claims=[{"family": "parts", "text": "the box has four corners"}])

@@ -24,7 +24,7 @@ import pytest
 
 from test_faults_data import BAD_CASES, make_dataset
 from worldeval.opis.archive import COLUMNS, read_archive
-from worldeval.opis.evaluate import run_eval
+from worldeval.opis.run import run_eval
 from worldeval.opis.scoring import ScoreConfig, score_runs
 
 pytestmark = pytest.mark.slow
@@ -187,7 +187,7 @@ def _children(pid: int) -> list[tuple[int, str]]:
 
 def _start_eval(ds: Path, ro: Path, run: Path, workers: int) -> subprocess.Popen:
     code = (
-        "import sys; from worldeval.opis.evaluate import run_eval; "
+        "import sys; from worldeval.opis.run import run_eval; "
         f"s = run_eval({str(ds)!r}, {str(ro)!r}, {MODEL!r}, {str(run)!r}, workers={workers}); "
         "print('DONE', len(s['done']), len(s['failed']))"
     )

@@ -376,15 +376,15 @@ def _tiny_case_and_video(root):
 
 
 @pytest.mark.slow
-def test_hf_backend_runs_through_evaluate_item(tiny, tmp_path):
-    evaluate = pytest.importorskip("worldeval.opis.evaluate")
+def test_hf_backend_runs_through_run_item(tiny, tmp_path):
+    from worldeval.opis import run
     from worldeval.opis.archive import COLUMNS
 
     case_dir, video = _tiny_case_and_video(tmp_path)
     opts = {"sam3": tiny["sam3"], "dinov3": tiny["dinov3"], "matcher": tiny["lightglue"], "vitpose": tiny["vitpose"],
             "depth": tiny["depth_anything"], "score_threshold": 0.0, "match_long_side": 96}  # fmt: skip
-    item = evaluate.EvalItem(case_dir=str(case_dir), video=str(video), model="tiny", backend="hf", backend_options=opts)
-    res = evaluate.evaluate_item(item)
+    item = run.EvalItem(case_dir=str(case_dir), video=str(video), model="tiny", backend="hf", backend_options=opts)
+    res = run.run_item(item)
     assert res.error is None, res.error
     assert res.backend_versions["name"] == "hf" and "segmenter" in res.backend_versions
     df = res.rows

@@ -51,6 +51,7 @@ def test_landmarks_lie_on_the_rider(pose, rider):
     inside = near[np.clip(xy[:, 1], 0, img.shape[0] - 1), np.clip(xy[:, 0], 0, img.shape[1] - 1)]
     assert inside.mean() >= 0.9, inside.mean()
     assert all(max(a, b) < 33 for a, b in kp.edges)
+    assert pose.keypoints(img, box, category="bicycle") is None  # asked for a non-person: no landmarks
 
 
 @pytest.mark.slow

@@ -339,7 +339,7 @@ def test_report_reads_a_real_opis_eval_run(tmp_path):
     """End to end with the evaluator: whatever `run_eval` writes, the report draws."""
     from test_report_fixtures import case_image, make_dataset
     from worldeval.media import write_video
-    from worldeval.opis.evaluate import run_eval
+    from worldeval.opis.run import run_eval
 
     ds = make_dataset(tmp_path)
     for cid in ("case_a", "case_b"):

@@ -66,3 +66,17 @@ def test_nothing_measured_is_never_a_pass():
     assert vf.clip_figures({})[0].status == vf.NOT_MEASURED
     rates = vf.pass_rate_figures("p", {"a": {"passed": 9, "cases": 10, "rate": 0.9}, "b": {"passed": 0, "cases": 0, "rate": None}})
     assert [f.status for f in rates] == ["pass", vf.NOT_MEASURED]
+
+
+def test_demo_figures():
+    scores = {
+        "models": {"oracle": {"OPIS": 90.0, "P": 100.0}, "static": {"OPIS": 80.0, "P": 95.0},
+                   "forgetful-recolor": {"OPIS": 60.0, "P": 92.0}, "forgetful-drop": {"OPIS": 81.0, "P": 40.0}},
+        "cases": [{"model": "oracle", "case_id": "a", "P": 100.0}, {"model": "static", "case_id": "a", "P": 89.0}],
+    }
+    df = pd.concat([_rows("forgetful-recolor", {24: 0.2, 32: 0.5, 40: 0.6, 48: 0.1})])
+    per_case, rank, ident, pres = vf.demo_figures(scores, df)
+    assert per_case.status == "FAIL" and per_case.value == "1/2 cases"  # static P 89 < 90
+    assert rank.status == "FAIL"  # static 80 is below forgetful-drop 81
+    assert ident.status == "pass" and ident.value == "2/4 frames"  # frames 24 and 48 hold a < 0.35
+    assert pres.status == "pass"

@@ -172,3 +172,52 @@ def test_holdout_split_is_disjoint_and_covers_the_shared_data():
                 holdout.part_of(d.name, next(iter(holdout.TUNING.get(d.name, holdout.REPORTING.get(d.name, ("?",))))))
         coco = {p.stem for p in (DATA / "coco_multiobj" / "images").glob("*.jpg")}
         assert coco == set(holdout.TUNING["coco_multiobj"]) | set(holdout.REPORTING["coco_multiobj"])
+
+
+def _oracle_clip_eval(dataset, rollouts, model, out, **kw):
+    """What a correct evaluator writes for each clip rollout: rows and per-frame records from the ground truth."""
+    import json as _json
+
+    from worldeval.media import probe_video, sample_frame_indices
+    from worldeval.opis.archive import write_case_part
+
+    rollouts, out = Path(rollouts), Path(out)
+    for video in sorted(rollouts.glob("*.mp4")):
+        cid = video.stem
+        rec = _json.loads((rollouts.parent.parent / "synth" / f"{cid}.json").read_text())
+        info = probe_video(video)
+        frames = sample_frame_indices(info.num_frames, info.fps)
+        shows = {f for f in frames if rec["target_area"][f] > 0}
+        matched = set() if model == "removed" else shows
+        extras = set(frames) if model == "pasted" else ()
+        rows = _rows(model, frames, matched, 0.5 if model == "recoloured" else 0.8, extras)
+        rows["case_id"] = cid
+        write_case_part(out, model, cid, rows)
+        objs = [{"frame": f, "objects": [{"instance_id": "target", "status": "matched" if f in matched else "missing",
+                                         "box": rec["target_box"][f]}]} for f in frames]
+        (out / "frames" / model).mkdir(parents=True, exist_ok=True)
+        (out / "frames" / model / f"{cid}.json").write_text(_json.dumps({"frames": objs}))
+    return {"done": [], "skipped": [], "failed": []}
+
+
+@pytest.mark.slow
+def test_validate_command_on_clips_with_an_ideal_evaluator(tmp_path, monkeypatch):
+    import json as _json
+
+    from typer.testing import CliRunner
+
+    import worldeval.opis.evaluate as ev
+    from worldeval.cli import app
+
+    monkeypatch.setattr(ev, "run_eval", _oracle_clip_eval, raising=False)
+    a, b = _clip(tmp_path / "clips", "a", n=49), _clip(tmp_path / "clips", "b", n=49, seed=3, colour=(40, 40, 220))
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["opis", "validate", "--clip", str(tmp_path / "clips" / "a"), "--clip",
+                                   str(tmp_path / "clips" / "b"), "--out", str(out), "--strict"])
+    assert res.exit_code == 0, res.output
+    result = _json.loads((out / "clips" / "validate_clips.json").read_text())
+    assert {k: v["passed"] for k, v in result["pass_rates"].items()} == {"faithful": 2, "removed": 2, "recoloured": 2, "pasted": 2}
+    m = result["clips"]["a"]["checks"]["faithful"]["measurements"]
+    # 49 frames at 24 fps: sampled 24 (the disc shows), 32, 40, 48 (it is gone); every decision agrees
+    assert (m["sampled_frames"], m["shows_frames"], m["gone_frames"]) == (4, 1, 3)
+    assert m["association_agreed"] == m["association_decisions"] == 4

@@ -67,6 +67,7 @@ class FakeGenerator(FakeJudge):
         self.video_bytes = video_bytes
         self.video_polls: dict[str, int] = {}
         self.n_images = 0
+        self.short_by = 0  # the Responses route returns this many images fewer than asked
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -142,7 +143,7 @@ class FakeGenerator(FakeJudge):
 
     def _responses(self, h, rec, path):
         text = json.dumps(rec["body"]["input"])
-        k = int(re.search(r"Produce the (\d+) requested states", text).group(1))
+        k = int(re.search(r"Produce the (\d+) requested states", text).group(1)) - self.short_by
         output = []
         for s in range(1, k + 1):
             n, png = self._next_image()
@@ -296,6 +297,13 @@ def test_interleaved_through_the_responses_api(fake, dataset, tmp_path):
         k = re.search(r"DESIGNATED STEP: step (\d+) of", t).group(1)
         assert f"State {k}: what happens." in t
     assert_no_secret_and_no_hints(fake, dataset, out, tmp_path / "run")
+    # a generator that stops one image short: kept as produced, noted, and the judge is told
+    fake.short_by = 1
+    generate(fake, dataset, tmp_path / "short", "--interface", "interleaved", "--case", "phys_ball_drop")
+    trace = json.loads((tmp_path / "short" / "phys_ball_drop" / "generation.json").read_text())
+    assert trace["notes"] == ["the generator returned 3 image(s) for 4 states"]
+    recs, _ = judge(dataset, tmp_path / "short", tmp_path / "run_short", ["phys_ball_drop"])
+    assert all(r["n_states"] == 3 and "case asks for 4 steps, output has 3" in r["warnings"] for r in recs)
 
 
 def test_video_through_the_videos_api(fake, dataset, tmp_path):

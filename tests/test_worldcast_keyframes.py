@@ -231,11 +231,13 @@ def test_agentic_keeps_order_budget_and_survives_garbage(tmp_path, apple):
     trace = sel.trace
     assert trace["rounds"][3]["ok"] is False and "unparseable" in trace["rounds"][3]["error"]
     assert trace["requests"] == 4 and len(client.transport.requests) == 1 + 1 + 1 + 2  # state 3 retried once
+    assert len(sel.warnings) == 1 and sel.warnings[0].startswith("keyframes: dense pass for state 3 gave no usable")
     # a budget of 2 requests: coarse and state 1 only
     client = _client(scripted_vlm(COARSE, {1: _pick(0.5), 2: _pick(2.4), 3: _pick(4.2)}))
     sel = AgenticSelector(client, max_requests=2, frame_max_side=96).select(apple, 3, case)
     assert len(client.transport.requests) == 2
     assert [s["frame_index"] for s in sel.steps] == [5, 25, 42]  # 2 and 3: middle of 20..30 and 35..49
+    assert sel.warnings == ["keyframes: budget of 2 request(s) left state(s) [2, 3] without a dense pass"]
     # a coarse answer that never parses: the change-point phases stand in, deterministically
     client = _client(scripted_vlm({"states": "garbage"}, {}))
     sel = AgenticSelector(client, frame_max_side=96).select(apple, 3, case)
@@ -417,3 +419,18 @@ def test_keyframe_agreement_cli_and_bad_selections(davis_videos, tmp_path):
         assert res.exit_code == 2 and "dog.json" in res.output and "'timestamps' must strictly increase" in res.output
     finally:
         srv.close()
+
+
+@needs_apple
+def test_adapter_fallbacks_reach_the_judgments_warnings(tmp_path, apple):
+    from worldeval.worldcast.adapters import adapt_output
+    from worldeval.worldcast.cases import WorldCastCase
+
+    case = WorldCastCase("v", "physical_simulation", "L3", "lift the apple", [], 2)
+    (tmp_path / "outs" / "v").mkdir(parents=True)
+    shutil.copyfile(apple, tmp_path / "outs" / "v" / "video.mp4")
+    client = _client(scripted_vlm("I cannot tell.", {}), max_attempts=1)
+    seq = adapt_output(case, tmp_path / "outs", tmp_path / "states", AgenticSelector(client, frame_max_side=64))
+    assert len(seq.images) == 2
+    assert seq.warnings == ["keyframes: coarse pass gave no usable answer (attempt 1: unparseable answer: no JSON "
+                            "object in the answer); replaced deterministically"]

@@ -105,7 +105,7 @@ def run_demo(out: Path, bootstrap: int = 1000, seed: int = 0, workers: int = 0, 
     timings["rollouts"] = time.monotonic() - t0
 
     try:
-        from worldeval.opis.evaluate import run_eval
+        from worldeval.opis.run import run_eval
     except ImportError as exc:
         raise DemoError(f"the OPIS evaluator is not available ({exc}); rollouts are in {rollouts}") from exc
 

@@ -161,8 +161,10 @@ def clear_worker_cache() -> None:
 
 
 def default_resources(backend: str, device: str = "cpu") -> dict:
-    """Ray resources one worker asks for: a whole GPU for a model backend on CUDA, else one CPU."""
-    if device.startswith("cuda") and backend != "classical":
+    """Ray resources one worker asks for: a whole GPU for a backend that needs one on CUDA, else one CPU."""
+    from worldeval.opis.backends.registry import needs_gpu
+
+    if needs_gpu(backend, device):
         return {"num_cpus": 1, "num_gpus": 1}
     return {"num_cpus": 1}
 

@@ -30,6 +30,7 @@ from typing import Any, Callable
 import numpy as np
 
 from worldeval.opis import gtclips as G
+from worldeval.opis.case import mask_bbox
 from worldeval.runs import atomic_write_json, fingerprint_paths
 
 DIMENSIONS = ("association", "visibility", "identity", "structure")
@@ -64,6 +65,7 @@ class AuditConfig:
     min_show_px: int = 100
     max_side: int | None = None
     variants: tuple[str, ...] = G.VARIANTS  # which rollouts to write and evaluate
+    force: bool = False  # redo rollouts and evaluation (resume only tracks inputs and settings, not evaluator code)
 
     def gt_key(self) -> dict:
         return {"version": AUDIT_VERSION, "fps": float(self.fps), "variants": list(self.variants)}
@@ -74,8 +76,8 @@ class AuditConfig:
 
 def _clip_fingerprint(clip: G.GTClip, donor: G.GTClip | None, cfg: AuditConfig) -> str:
     files = list(clip.frames) + list(clip.masks.values()) + ([clip.meta_path] if clip.meta_path and clip.meta_path.exists() else [])
-    if donor is not None:
-        files += [donor.frames[0], donor.masks[0]]
+    if donor is not None:  # the pasted object comes from all of the donor's frames
+        files += list(donor.frames) + list(donor.masks.values())
     return fingerprint_paths(files) + json.dumps(cfg.gt_key(), sort_keys=True)
 
 
@@ -273,7 +275,7 @@ def _decision(clip, rec, variant, r, obj, shown, areas: _Areas, H: int, W: int, 
     d = {"clip": clip.name, "variant": variant, "instance_id": iid, "frame": t, "track": r.track,
          "visibility": r.visibility, "matched": bool(r.matched), "ambiguous": bool(r.ambiguous),
          "appearance": a, "structure": s, "gt_area": None, "gt_reference_area": None, "gt_visibility": None,
-         "iou": None, "iou_from": "", "obs_on_object": None}
+         "iou": None, "iou_from": "", "obs_on_object": None, "box_iou": None}
     gt_shown = None
     if shown is not None:
         m = _fit(shown[iid], H, W)
@@ -286,6 +288,8 @@ def _decision(clip, rec, variant, r, obj, shown, areas: _Areas, H: int, W: int, 
             d["iou"], d["iou_from"] = round(_iou(om, m), 4), how
             # share of the observation on the object: tells a right object with a poor mask from a wrong object
             d["obs_on_object"] = round(float((om & m).sum()) / max(1.0, float(om.sum())), 4)
+            if obj.get("box") and m.any():
+                d["box_iou"] = round(_iou(_box_mask(obj["box"], H, W), _box_mask(mask_bbox(m), H, W)), 4)
     # association
     if gt_shown is None or 0 < gt_shown < cfg.min_show_px:
         d["gt_association"], d["association_agrees"] = None, None
@@ -345,7 +349,7 @@ def summarise(decisions: list[dict]) -> dict:
 
 
 CSV_FIELDS = ("clip", "variant", "instance_id", "frame", "track", "gt_area", "gt_reference_area", "gt_association",
-              "eval_association", "iou", "iou_from", "obs_on_object", "association_agrees", "gt_visibility", "visibility",
+              "eval_association", "iou", "iou_from", "obs_on_object", "box_iou", "association_agrees", "gt_visibility", "visibility",
               "visibility_agrees", "appearance", "gt_identity", "eval_identity", "identity_agrees", "structure",
               "gt_structure", "eval_structure", "structure_agrees", "matched", "ambiguous")
 
@@ -368,6 +372,11 @@ def run_audit(gt: str | Path, out: str | Path, cfg: AuditConfig | None = None, l
     cfg = cfg or AuditConfig()
     gt, out = Path(gt), Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    if cfg.force:
+        import shutil
+
+        for sub in ("gt", "runs"):
+            shutil.rmtree(out / sub, ignore_errors=True)
     clips, records, errors = prepare(gt, out, cfg, log)
     run_dirs = evaluate_variants(out, cfg, log) if clips else {}
     by_name = {c.name: c for c in clips}

@@ -36,7 +36,7 @@ from worldeval.opis.annotate import AnnotateError, AnnotateSpec, ObjectPrompt, a
     resize_max_side
 from worldeval.opis.build_phrases import clean_phrases, concept_map, normalize
 from worldeval.opis.build_segment import concept_rounds, grabcut_from_boxes
-from worldeval.opis.build_vlm import BuildStepError, screen_image, propose_task
+from worldeval.opis.build_vlm import BuildStepError, propose_task, screen_image, vlm_clean
 from worldeval.opis.case import KINEMATICS, TRACKS, Geometry, default_intrinsics, mask_bbox
 from worldeval.runs import append_jsonl, atomic_write_json, read_jsonl
 
@@ -56,6 +56,7 @@ class BuildConfig:
     vocabulary: list[str] | None = None
     min_objects: int = 3
     max_objects: int = 40
+    box_format: str = "xywh"  # how the VLM writes boxes (build_vlm.BOX_FORMATS)
     rounds: int = 3
     dedup_iou: float = 0.8
     kinematics: dict[str, str] = field(default_factory=dict)  # concept -> label (overrides the VLM)
@@ -69,6 +70,7 @@ class BuildConfig:
     grabcut_iters: int = 5
     seed: int = 0
     review: bool = False
+    vlm_clean: bool = False  # a VLM pass over the rule-cleaned phrases (the paper's VLM-assisted cleaning)
 
     def check(self) -> "BuildConfig":
         if self.backend not in ("classical", "hf"):
@@ -79,6 +81,10 @@ class BuildConfig:
                     raise BuildError(name, concept, f"{label!r} is not one of {allowed}")
         self.kinematics = {normalize(k): v for k, v in self.kinematics.items()}
         self.track = {normalize(k): v for k, v in self.track.items()}
+        from worldeval.opis.build_vlm import BOX_FORMATS
+
+        if self.box_format not in BOX_FORMATS:
+            raise BuildError("--box-format", "box_format", f"{self.box_format!r}: choose from {sorted(BOX_FORMATS)}")
         if not 0 < self.dedup_iou <= 1:
             raise BuildError("--dedup-iou", "dedup_iou", "must be in (0, 1]")
         return self
@@ -99,6 +105,16 @@ def case_id_for(name: str) -> str:
     return cid
 
 
+def _provenance(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise BuildError(path, "provenance", f"cannot read: {exc}") from exc
+    if not isinstance(data, dict):
+        raise BuildError(path, "provenance", "must be a JSON object")
+    return data
+
+
 def discover_images(inputs: str | Path) -> list[SourceImage]:
     """A list file (one path per line, relative to the file), a folder of images, or a folder of
     `<id>/image.*` folders as `opis source` writes them (their provenance.json is read too)."""
@@ -114,8 +130,7 @@ def discover_images(inputs: str | Path) -> list[SourceImage]:
             imgs = sorted(q for q in sub.iterdir() if q.stem == "image" and q.suffix.lower() in IMAGE_SUFFIXES)
             if imgs:
                 prov = sub / "provenance.json"
-                found.append(SourceImage(case_id_for(sub.name), imgs[0],
-                                         json.loads(prov.read_text(encoding="utf-8")) if prov.exists() else None))
+                found.append(SourceImage(case_id_for(sub.name), imgs[0], _provenance(prov) if prov.exists() else None))
     else:
         raise BuildError(root, "IMAGES", "not found: give a folder of images or a list file")
     seen: Counter = Counter()
@@ -251,7 +266,7 @@ def build_one(src: SourceImage, out: Path, cfg: BuildConfig, client: Any, backen
     H, W = image.shape[:2]
     log("read", source=str(src.path), size=[W, H], scale=round(scale, 6))
     vocab = _vocabulary(src, cfg)
-    shot = screen_image(client, image, cfg.min_objects, vocab, cfg.max_objects)
+    shot = screen_image(client, image, cfg.min_objects, vocab, cfg.max_objects, cfg.box_format)
     log("screen", suitable=shot.suitable, reason=shot.reason, objects=[asdict(o) for o in shot.objects],
         vocabulary=vocab, request_hash=shot.request_hash)
     if not shot.suitable:
@@ -263,7 +278,12 @@ def build_one(src: SourceImage, out: Path, cfg: BuildConfig, client: Any, backen
             ([v for v in vocab if normalize(v) not in {normalize(p) for p in proposed}] if backend is not None else [])
     concepts, decisions = clean_phrases(proposed)
     mapping = concept_map(decisions)
-    log("phrases", concepts=concepts, decisions=[d.record() for d in decisions])
+    records = [d.record() for d in decisions]
+    if cfg.vlm_clean and concepts:
+        concepts, target, extra = vlm_clean(client, image, concepts)
+        mapping = {p: (target.get(c) if c is not None else None) for p, c in mapping.items()}
+        records += extra
+    log("phrases", concepts=concepts, decisions=records)
     prompts = _prompts(shot.objects, mapping, cfg)
     n_objects = len(prompts) if backend is None else len(concepts)
     if backend is None and n_objects < cfg.min_objects:
@@ -291,7 +311,7 @@ def build_one(src: SourceImage, out: Path, cfg: BuildConfig, client: Any, backen
     if cfg.review:
         from worldeval.opis.build_review import write_review_page
 
-        write_review_page(out, src.id, decisions=[d.record() for d in decisions])
+        write_review_page(out, src.id, decisions=records)
     log("done", status="accepted", reason="")
     return "accepted"
 
@@ -325,35 +345,71 @@ def make_embedder(cfg: BuildConfig, backend: Any) -> Any:
         return None  # the case is written without reference embeddings; the evaluator computes its own
 
 
+def _finished(out: Path, state: dict | None, src: SourceImage) -> bool:
+    status = (state or {}).get("status")
+    return status == "rejected" or (status == "accepted" and (out / src.id / "case.json").exists())
+
+
+def _review_missing(out: Path, src: SourceImage) -> None:
+    """`--review` on an already built case: write its page from the logged phrase decisions."""
+    from worldeval.opis.build_review import write_review_page
+
+    if (out / src.id / "case.json").exists() and not (out / "review" / f"{src.id}.html").exists():
+        phrases = [r for r in read_jsonl(out / LOG_NAME) if r.get("image") == src.id and r.get("step") == "phrases"]
+        write_review_page(out, src.id, decisions=phrases[-1]["decisions"] if phrases else [])
+
+
 def build_dataset(inputs: str | Path, out: str | Path, cfg: BuildConfig, client: Any,
-                  progress: Callable[[str], None] | None = None) -> dict:
-    """Run the pipeline over every image not already finished; returns a summary."""
+                  progress: Callable[[str], None] | None = None, workers: int = 1) -> dict:
+    """Run the pipeline over every image not already finished; returns a summary (in input order).
+
+    With `workers` > 1 images are built in threads sharing the VLM client (its concurrency
+    limit applies) and the backend; GrabCut is seeded per prompt, so results do not depend on it.
+    """
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
     cfg.check()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     sources = discover_images(inputs)
     backend = make_backend(cfg)
-    embedder, loaded = None, False
-    append_jsonl(out / LOG_NAME, {"step": "run", "images": len(sources), "config": cfg.public(),
+    append_jsonl(out / LOG_NAME, {"step": "run", "images": len(sources), "config": cfg.public(), "workers": workers,
                                   "vlm": client.config.public() if hasattr(client.config, "public") else {}})
     states = image_states(out)
-    summary: dict[str, list] = {"accepted": [], "rejected": [], "failed": [], "skipped": []}
-    for src in sources:
-        prev = states.get(src.id, {}).get("status")
-        if prev == "rejected" or (prev == "accepted" and (out / src.id / "case.json").exists()):
-            summary["skipped"].append(src.id)
-            continue
+    todo = [src for src in sources if not _finished(out, states.get(src.id), src)]
+    todo_ids = {src.id for src in todo}
+    summary: dict[str, list] = {"accepted": [], "rejected": [], "failed": [],
+                                "skipped": [src.id for src in sources if src.id not in todo_ids]}
+    if cfg.review:
+        for src in sources:
+            if src.id not in todo_ids and states.get(src.id, {}).get("status") == "accepted":
+                _review_missing(out, src)
+    embedder = make_embedder(cfg, backend) if todo else None
+    lock = threading.Lock()
+
+    def one(src: SourceImage) -> tuple[str, Any]:
         if progress:
             progress(src.id)
-        if not loaded:
-            embedder, loaded = make_embedder(cfg, backend), True
         try:
             status = build_one(src, out, cfg, client, backend, embedder)
         except (BuildStepError, AnnotateError, BuildError) as exc:
-            _Log(out, src.id)("done", status="failed", file=exc.file, field=exc.field, reason=exc.reason)
-            summary["failed"].append({"image": src.id, "file": exc.file, "field": exc.field, "reason": exc.reason})
-            continue
-        summary[status].append(src.id)
-        write_dataset_json(out)
+            file, field, reason = exc.file, exc.field, exc.reason
+        except Exception as exc:  # a model or library failure on one image must not end a thousand-image run
+            file, field, reason = str(src.path), "internal", f"{type(exc).__name__}: {exc}"
+        else:
+            with lock:
+                write_dataset_json(out)
+            return status, src.id
+        _Log(out, src.id)("done", status="failed", file=file, field=field, reason=reason)
+        return "failed", {"image": src.id, "file": file, "field": field, "reason": reason}
+
+    if workers > 1 and len(todo) > 1:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            results = list(pool.map(one, todo))
+    else:
+        results = [one(src) for src in todo]
+    for status, item in results:
+        summary[status].append(item)
     write_dataset_json(out)
     return summary

@@ -61,7 +61,7 @@ def _echo_summary(summary: dict, as_json: bool, what: str) -> None:
 
 
 def _config(backend, backend_option, device, vocabulary, min_objects, rounds, dedup_iou, kinematics, track, depth,
-            domain, subcategory, duration, max_side, seed, review):
+            domain, subcategory, duration, max_side, seed, review, box_format="xywh", clean=False):
     from worldeval.opis.build import BuildConfig
     from worldeval.opis.cli_eval import _parse_options
 
@@ -69,7 +69,8 @@ def _config(backend, backend_option, device, vocabulary, min_objects, rounds, de
                        vocabulary=read_vocabulary(vocabulary), min_objects=min_objects, rounds=rounds,
                        dedup_iou=dedup_iou, kinematics=_parse_options(kinematics), track=_parse_options(track),
                        depth=depth, domain=domain, subcategory=subcategory, duration_s=duration,
-                       max_side=max_side or None, seed=seed, review=review).check()
+                       max_side=max_side or None, seed=seed, review=review, box_format=box_format,
+                       vlm_clean=clean).check()
 
 
 def _build(
@@ -95,6 +96,10 @@ def _build(
     max_side: int = typer.Option(1280, "--max-side", help="Work at most this large (longest side)."),
     device: str = typer.Option("cpu", "--device"),
     seed: int = typer.Option(0, "--seed"),
+    workers: int = typer.Option(1, "--workers", help="Images built at once (threads sharing the VLM client)."),
+    box_format: str = typer.Option("xywh", "--box-format", help="How the VLM writes boxes: xywh, xyxy (pixels), "
+                                                                 "xyxy-1000 or yxyx-1000 (0-1000 grid, e.g. Gemini)."),
+    clean: bool = typer.Option(False, "--vlm-clean", help="After the rule-based phrase cleaning, a VLM pass (one request)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Build OPIS cases from images: VLM screening, phrase cleaning, segmentation, labels, task, geometry."""
@@ -109,10 +114,10 @@ def _build(
         if images is None:
             raise BuildError("IMAGES", "images", "give a folder of images or a list file (or --apply-review FILE)")
         cfg = _config(backend, backend_option, device, vocabulary, min_objects, rounds, dedup_iou, kinematics, track,
-                      depth, domain, subcategory, duration, max_side, seed, review)
+                      depth, domain, subcategory, duration, max_side, seed, review, box_format, clean)
         client = vlm_client(out, base_url, judge_model, api_key)
         progress = None if as_json else (lambda name: typer.echo(f"building {name}...", err=True))
-        summary = build_dataset(images, out, cfg, client, progress=progress)
+        summary = build_dataset(images, out, cfg, client, progress=progress, workers=workers)
     except InputError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
@@ -174,6 +179,7 @@ def _cases_from_videos(
     judge_model: Optional[str] = typer.Option(None, "--judge-model", help="VLM model name."),
     api_key: Optional[str] = typer.Option(None, "--api-key", help="VLM API key (never written anywhere)."),
     min_objects: int = typer.Option(1, "--min-objects", help="Screening: fewest objects a first frame needs."),
+    box_format: str = typer.Option("xywh", "--box-format", help="How the VLM writes boxes (see opis build)."),
     kinematics: List[str] = typer.Option([], "--kinematics", help="PHRASE=rigid|articulated|deformable."),
     track: List[str] = typer.Option([], "--track", help="PHRASE=static|dynamic."),
     depth: Optional[str] = typer.Option(None, "--depth", help="'model': the backend's depth model; default: flat."),
@@ -190,7 +196,7 @@ def _cases_from_videos(
     try:
         # The case keeps the video's own resolution (max_side 0), so I0 and the rollout frames agree.
         cfg = _config(backend, backend_option, device, vocabulary, min_objects, 3, 0.8, kinematics, track, depth,
-                      domain, subcategory, 10.0, 0, seed, False)
+                      domain, subcategory, 10.0, 0, seed, False, box_format)
         client = vlm_client(out, base_url, judge_model, api_key)
         progress = None if as_json else (lambda name: typer.echo(f"building {name}...", err=True))
         summary = cases_from_videos(videos, out, cfg, client, rollouts, progress=progress)

@@ -20,6 +20,28 @@ from worldeval.opis.annotate import CAMERA_PRESETS
 from worldeval.opis.case import KINEMATICS
 
 SCREEN_VERSION = "build-screen-v1"
+# How the VLM writes a box; models differ (Gemini: [ymin, xmin, ymax, xmax] on a 0-1000 grid).
+BOX_FORMATS = {
+    "xywh": "[x, y, w, h] in pixels (left, top, width, height)",
+    "xyxy": "[x0, y0, x1, y1] in pixels (left, top, right, bottom)",
+    "xyxy-1000": "[x0, y0, x1, y1] on a 0-1000 grid over the image (left, top, right, bottom)",
+    "yxyx-1000": "[y0, x0, y1, x1] on a 0-1000 grid over the image (top, left, bottom, right)",
+}
+
+
+def pixel_box(box: list[float], fmt: str, width: int, height: int) -> list[float]:
+    """A box in `fmt` as [x, y, w, h] pixels of a width x height image."""
+    a, b, c, d = (float(v) for v in box)
+    if fmt == "xywh":
+        return [a, b, c, d]
+    if fmt == "xyxy":
+        return [a, b, c - a, d - b]
+    sx, sy = width / 1000.0, height / 1000.0
+    if fmt == "xyxy-1000":
+        return [a * sx, b * sy, (c - a) * sx, (d - b) * sy]
+    if fmt == "yxyx-1000":
+        return [b * sx, a * sy, (d - b) * sx, (c - a) * sy]
+    raise ValueError(f"unknown box format {fmt!r}; choose from {sorted(BOX_FORMATS)}")
 TASK_VERSION = "build-task-v1"
 
 
@@ -44,7 +66,8 @@ class Screening:
     request_hash: str
 
 
-def screen_prompt(width: int, height: int, min_objects: int, vocabulary: list[str] | None, max_objects: int) -> str:
+def screen_prompt(width: int, height: int, min_objects: int, vocabulary: list[str] | None, max_objects: int,
+                  box_format: str = "xywh") -> str:
     vocab = ""
     if vocabulary:
         vocab = ("Name objects only with phrases from this list (the source's own labels): "
@@ -54,12 +77,12 @@ def screen_prompt(width: int, height: int, min_objects: int, vocabulary: list[st
         f"It is usable when it shows at least {min_objects} separate physical objects whose outlines you can "
         "follow. Give every such object you can see, one entry per instance even when several share a name, "
         f"up to {max_objects}. " + vocab +
-        "For each: a short lower-case noun phrase, its box [x, y, w, h] in pixels, its kinematic form "
+        f"For each: a short lower-case noun phrase, its box as {BOX_FORMATS[box_format]}, its kinematic form "
         "(rigid: keeps its shape; articulated: moves by joints, such as a person, an animal, scissors; "
         "deformable: bends or folds, such as cloth, a plant, a cable) and whether it can move by itself. "
         "Skip sky, ground, walls, water and other regions without an outline, parts of an object you already "
         "gave, and printed text. Reply with a single JSON object and nothing else: "
-        '{"suitable": true|false, "reason": "...", "objects": [{"phrase": "...", "box": [x, y, w, h], '
+        '{"suitable": true|false, "reason": "...", "objects": [{"phrase": "...", "box": [4 numbers], '
         '"kinematics": "rigid|articulated|deformable", "moves": true|false}]}'
     )
 
@@ -76,7 +99,7 @@ def _check_screen(obj: dict) -> dict:
         box = it.get("box")
         if box is not None and (not isinstance(box, list) or len(box) != 4
                                 or not all(isinstance(v, (int, float)) for v in box)):
-            raise AnswerError(f"objects[{k}].box must be 4 numbers [x, y, w, h]")
+            raise AnswerError(f"objects[{k}].box must be 4 numbers")
         if it.get("kinematics", "rigid") not in KINEMATICS:
             raise AnswerError(f"objects[{k}].kinematics must be one of {KINEMATICS}")
         if it.get("moves") is not None and not isinstance(it.get("moves"), bool):
@@ -94,18 +117,19 @@ def _clip_box(box: list[float] | None, width: int, height: int) -> list[float] |
 
 
 def screen_image(client: Any, image: np.ndarray, min_objects: int, vocabulary: list[str] | None = None,
-                 max_objects: int = 40) -> Screening:
+                 max_objects: int = 40, box_format: str = "xywh") -> Screening:
     from worldeval.judge import JudgeImage
 
     H, W = image.shape[:2]
-    prompt = screen_prompt(W, H, min_objects, vocabulary, max_objects)
+    prompt = screen_prompt(W, H, min_objects, vocabulary, max_objects, box_format)
     answer = client.ask_json([prompt, JudgeImage.from_array(image, label="candidate")], validator=_check_screen,
                              prefer_key="objects", cache_extra={"contract": SCREEN_VERSION})
     if not answer.ok:
         raise BuildStepError("vlm", "screening", f"no answer in the screening contract: {answer.error}")
     objects = []
     for it in answer.parsed["objects"][:max_objects]:
-        objects.append(ProposedObject(phrase=it["phrase"], box=_clip_box(it.get("box"), W, H),
+        box = pixel_box(it["box"], box_format, W, H) if it.get("box") is not None else None
+        objects.append(ProposedObject(phrase=it["phrase"], box=_clip_box(box, W, H),
                                       kinematics=it.get("kinematics", "rigid"), moves=it.get("moves")))
     return Screening(answer.parsed["suitable"], str(answer.parsed.get("reason", "")), objects, answer.raw,
                      answer.request_hash)
@@ -148,3 +172,60 @@ def propose_task(client: Any, image: np.ndarray, inventory: list[dict], duration
         raise BuildStepError("vlm", "task", f"no answer in the task contract: {answer.error}")
     return {"camera": answer.parsed["camera"], "amount": answer.parsed.get("amount"),
             "instruction": answer.parsed["instruction"].strip()}
+
+
+CLEAN_VERSION = "build-clean-v1"
+
+
+def clean_prompt(concepts: list[str]) -> str:
+    listed = "; ".join(concepts)
+    return (
+        "PHRASE CLEANING FOR AN OBJECT INVENTORY. These noun phrases were proposed for the objects in this "
+        f"picture: {listed}. Mark for dropping every phrase that names background or a region without an "
+        "outline (a floor, a countertop, a wall, scenery), a part of another object, or something incomplete or "
+        "not visible. Mark for merging every phrase that means the same objects as another phrase in the list, "
+        "or a narrower phrase whose objects the other already covers, giving the phrase to keep. Use only "
+        "phrases from the list. Reply with a single JSON object and nothing else: "
+        '{"drop": [{"phrase": "...", "reason": "..."}], "merge": [{"phrase": "...", "into": "..."}]}'
+    )
+
+
+def _check_clean(concepts: list[str]):
+    def check(obj: dict) -> dict:
+        for key, field in (("drop", "reason"), ("merge", "into")):
+            items = obj.get(key, [])
+            if not isinstance(items, list):
+                raise AnswerError(f"'{key}' must be a list")
+            for k, it in enumerate(items):
+                if not isinstance(it, dict) or it.get("phrase") not in concepts:
+                    raise AnswerError(f"{key}[{k}].phrase must be one of the listed phrases")
+                if key == "merge" and (it.get("into") not in concepts or it["into"] == it["phrase"]):
+                    raise AnswerError(f"merge[{k}].into must be another listed phrase")
+        return obj
+    return check
+
+
+def vlm_clean(client: Any, image: np.ndarray, concepts: list[str]) -> tuple[list[str], dict[str, str | None], list[dict]]:
+    """The VLM's pass over the rule-cleaned concepts: (kept concepts, concept -> final concept or None, decisions)."""
+    from worldeval.judge import JudgeImage
+
+    answer = client.ask_json([clean_prompt(concepts), JudgeImage.from_array(image, label="I0")],
+                             validator=_check_clean(concepts), prefer_key="drop",
+                             cache_extra={"contract": CLEAN_VERSION})
+    if not answer.ok:
+        raise BuildStepError("vlm", "cleaning", f"no answer in the cleaning contract: {answer.error}")
+    target: dict[str, str | None] = {c: c for c in concepts}
+    decisions = []
+    for it in answer.parsed.get("drop", []):
+        target[it["phrase"]] = None
+        decisions.append({"phrase": it["phrase"], "action": "dropped", "concept": None,
+                          "reason": f"vlm: {it.get('reason', '')}".strip()})
+    for it in answer.parsed.get("merge", []):
+        if target.get(it["phrase"]) is not None and target.get(it["into"]) is not None:
+            target[it["phrase"]] = it["into"]
+            decisions.append({"phrase": it["phrase"], "action": "merged", "concept": it["into"],
+                              "reason": "vlm: same objects"})
+    for _ in concepts:  # follow merge chains (a -> b -> c)
+        target = {c: (target.get(t) if t is not None else None) for c, t in target.items()}
+    kept = [c for c in concepts if target[c] == c]
+    return kept, target, decisions

@@ -1,5 +1,9 @@
 """`worldeval opis audit`: the evaluator against ground-truth video (`--gt`) and against people
-(`sample`, `agree`)."""
+(`sample`, `agree`).
+
+`opis audit` is a command group whose own callback runs the ground-truth audit when no
+subcommand is given, so both `opis audit --gt DIR` and `opis audit sample RUN_DIR` work.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,13 @@ from typing import Optional
 
 import typer
 
+audit_app = typer.Typer(help="Check the evaluator against ground truth (--gt DIR) or people (sample, agree).",
+                        invoke_without_command=True, no_args_is_help=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(audit_app, name="audit")
+
 
 def _console(stderr: bool = False):
     from rich.console import Console
@@ -16,104 +27,107 @@ def _console(stderr: bool = False):
     return Console(stderr=stderr, width=200)
 
 
-def register(app: typer.Typer) -> None:
-    audit_app = typer.Typer(help="Check the evaluator against ground truth (--gt DIR) or people (sample, agree).",
-                            invoke_without_command=True, no_args_is_help=False)
-    app.add_typer(audit_app, name="audit")
+@audit_app.callback()
+def audit_gt(
+    ctx: typer.Context,
+    gt: Optional[Path] = typer.Option(None, "--gt", help="Ground-truth clips: <clip>/frames + <clip>/masks, or JPEGImages/ + Annotations/."),
+    out: Path = typer.Option(Path("audit_out"), "--out", help="Output folder: cases, rollouts, run folders, decisions.csv, audit.json."),
+    backend: str = typer.Option("classical", "--backend", help="Perception backend: classical | hf."),
+    device: str = typer.Option("cpu", "--device", help="cpu | cuda"),
+    fps: float = typer.Option(24.0, "--fps", help="Frame rate of the clips (an instances.json 'fps' overrides it)."),
+    workers: int = typer.Option(1, "--workers", help="Evaluation worker processes (0: in this process)."),
+    max_side: Optional[int] = typer.Option(None, "--max-side", help="Evaluate frames at most this large."),
+    force: bool = typer.Option(False, "--force", help="Write the rollouts and evaluate them again (after changing the evaluator: resume only tracks inputs and settings)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the agreement JSON instead of the tables."),
+) -> None:
+    """Audit the evaluator on real video with ground-truth masks (run with --gt DIR)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if gt is None:
+        typer.echo(ctx.get_help())
+        raise typer.Exit(2)
+    from worldeval.opis.audit import AuditConfig, render, run_audit
+    from worldeval.opis.gtclips import GTError
 
-    @audit_app.callback()
-    def audit_gt(
-        ctx: typer.Context,
-        gt: Optional[Path] = typer.Option(None, "--gt", help="Ground-truth clips: <clip>/frames + <clip>/masks, or JPEGImages/ + Annotations/."),
-        out: Path = typer.Option(Path("audit_out"), "--out", help="Output folder: cases, rollouts, run folders, decisions.csv, audit.json."),
-        backend: str = typer.Option("classical", "--backend", help="Perception backend: classical | hf."),
-        device: str = typer.Option("cpu", "--device", help="cpu | cuda"),
-        fps: float = typer.Option(24.0, "--fps", help="Frame rate of the clips (an instances.json 'fps' overrides it)."),
-        workers: int = typer.Option(1, "--workers", help="Evaluation worker processes (0: in this process)."),
-        max_side: Optional[int] = typer.Option(None, "--max-side", help="Evaluate frames at most this large."),
-        as_json: bool = typer.Option(False, "--json", help="Print the agreement JSON instead of the tables."),
-    ) -> None:
-        """Audit the evaluator on real video with ground-truth masks (run with --gt DIR)."""
-        if ctx.invoked_subcommand is not None:
-            return
-        if gt is None:
-            typer.echo(ctx.get_help())
-            raise typer.Exit(2)
-        from worldeval.opis.audit import AuditConfig, render, run_audit
-        from worldeval.opis.gtclips import GTError
+    if fps <= 0:
+        raise typer.BadParameter("must be positive", param_hint="--fps")
+    err = _console(stderr=True)
+    cfg = AuditConfig(backend=backend, device=device, fps=fps, workers=workers, max_side=max_side, force=force)
+    try:
+        result = run_audit(gt, out, cfg, log=lambda m: err.print(m, markup=False, highlight=False))
+    except GTError as exc:
+        err.print(f"error: {exc}", markup=False)
+        raise typer.Exit(2)
+    for name, e in result["errors"].items():
+        err.print(f"error: clip {name}: {e['file']}: {e['field']}: {e['message']}", markup=False, highlight=False)
+    if as_json:
+        typer.echo(json.dumps({k: result[k] for k in ("checks", "clips", "confusions")}, indent=2))
+    else:
+        for t in render(result):
+            _console().print(t)
+        typer.echo(f"decisions: {out / 'decisions.csv'}   details: {out / 'audit.json'}")
 
-        if fps <= 0:
-            raise typer.BadParameter("must be positive", param_hint="--fps")
-        err = _console(stderr=True)
-        cfg = AuditConfig(backend=backend, device=device, fps=fps, workers=workers, max_side=max_side)
-        try:
-            result = run_audit(gt, out, cfg, log=lambda m: err.print(m, markup=False, highlight=False))
-        except GTError as exc:
-            err.print(f"error: {exc}", markup=False)
-            raise typer.Exit(2)
-        for name, e in result["errors"].items():
-            err.print(f"error: clip {name}: {e['file']}: {e['field']}: {e['message']}", markup=False, highlight=False)
-        if as_json:
-            typer.echo(json.dumps({k: result[k] for k in ("checks", "clips", "confusions")}, indent=2))
-        else:
-            for t in render(result):
-                _console().print(t)
-            typer.echo(f"decisions: {out / 'decisions.csv'}   details: {out / 'audit.json'}")
 
-    @audit_app.command("sample")
-    def sample_cmd(
-        run_dir: Path = typer.Argument(..., help="An OPIS run folder (opis eval --out)."),
-        out: Path = typer.Option(Path("audit"), "--out", help="Where the labelling page, items.json and key.json go."),
-        per_dimension: int = typer.Option(150, "--per-dimension", help="Decisions drawn per dimension."),
-        seed: int = typer.Option(0, "--seed", help="Seed of the stratified draw."),
-    ) -> None:
-        """Draw object-frame decisions and write a self-contained labelling page."""
-        from worldeval.opis.audit_manual import AuditError, sample_audit
+@audit_app.command("sample")
+def sample_cmd(
+    run_dir: Path = typer.Argument(..., help="An OPIS run folder (opis eval --out)."),
+    out: Path = typer.Option(Path("audit"), "--out", help="Where the labelling page, items.json and key.json go."),
+    per_dimension: int = typer.Option(150, "--per-dimension", help="Decisions drawn per dimension."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the stratified draw."),
+) -> None:
+    """Draw object-frame decisions and write a self-contained labelling page."""
+    from worldeval.opis.audit_manual import AuditError, sample_audit
 
-        if per_dimension < 1:
-            raise typer.BadParameter("must be at least 1", param_hint="--per-dimension")
-        try:
-            res = sample_audit(run_dir, out, per_dimension=per_dimension, seed=seed)
-        except AuditError as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(2)
-        counts = ", ".join(f"{k} {v}" for k, v in res["per_dimension"].items())
-        typer.echo(f"{res['items']} decisions ({counts}); open {res['page']}")
+    if per_dimension < 1:
+        raise typer.BadParameter("must be at least 1", param_hint="--per-dimension")
+    try:
+        res = sample_audit(run_dir, out, per_dimension=per_dimension, seed=seed)
+    except AuditError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2)
+    counts = ", ".join(f"{k} {v}" for k, v in res["per_dimension"].items())
+    typer.echo(f"{res['items']} decisions ({counts}); open {res['page']}")
 
-    @audit_app.command("agree")
-    def agree_cmd(
-        audit_dir: Optional[Path] = typer.Argument(None, help="The folder `audit sample` wrote."),
-        labels: Optional[Path] = typer.Argument(None, help="The labels JSON exported from the page."),
-        repeat: Optional[tuple[Path, Path]] = typer.Option(
-            None, "--repeat", help="RUN_A RUN_B: two runs that judged the same structural claims; adds their repeatability."),
-        as_json: bool = typer.Option(False, "--json", help="Print JSON instead of the table."),
-    ) -> None:
-        """Table 13: agreement of people's labels with the evaluator (and claim repeatability)."""
-        from worldeval.opis.audit import table13
-        from worldeval.opis.audit_manual import AuditError, agree, repeatability
 
-        if (audit_dir is None or labels is None) and not repeat:
-            raise typer.BadParameter("give AUDIT LABELS.json, --repeat RUN_A RUN_B, or both")
-        try:
-            res = agree(audit_dir, labels) if labels is not None else {"checks": {}, "disagreements": {}}
-            if repeat:
-                res["repeatability"] = repeatability(*repeat)
-        except AuditError as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(2)
-        if as_json:
-            typer.echo(json.dumps(res, indent=2))
-            return
-        checks, dis = {}, {}
-        if "repeatability" in res:
-            checks["repeatability"] = res["repeatability"]
-            dis["repeatability"] = "; ".join(f"{k}: {v}" for k, v in res["repeatability"]["disagreements"].items())
-        for k, v in res["checks"].items():
-            checks[k] = v
-            dis[k] = "; ".join(f"{a}: {b}" for a, b in res["disagreements"][k].items())
-        _console().print(table13(checks, "opis audit: evaluator decisions against manual review", {"evaluator -> person": dis}))
-        if res.get("unlabelled"):
-            typer.echo("unlabelled: " + ", ".join(f"{k} {v}" for k, v in res["unlabelled"].items()))
-        if "repeatability" in res:
-            r = res["repeatability"]
-            typer.echo(f"repeatability unit: {r['unit']} judgments; only in one run: {r['only_in_a']} / {r['only_in_b']}")
+@audit_app.command("agree")
+def agree_cmd(
+    audit_dir: Optional[Path] = typer.Argument(None, help="The folder `audit sample` wrote."),
+    labels: Optional[Path] = typer.Argument(None, help="The labels JSON exported from the page."),
+    repeat: Optional[tuple[Path, Path]] = typer.Option(
+        None, "--repeat", help="RUN_A RUN_B: two runs that judged the same structural claims; adds their repeatability."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of the table."),
+) -> None:
+    """Table 13: agreement of people's labels with the evaluator (and claim repeatability)."""
+    from worldeval.opis.audit_manual import AuditError, agree, repeatability
+
+    if (audit_dir is None or labels is None) and not repeat:
+        raise typer.BadParameter("give AUDIT LABELS.json, --repeat RUN_A RUN_B, or both")
+    try:
+        res = agree(audit_dir, labels) if labels is not None else {"checks": {}, "disagreements": {}}
+        if repeat:
+            res["repeatability"] = repeatability(*repeat)
+    except AuditError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2)
+    if as_json:
+        typer.echo(json.dumps(res, indent=2))
+    else:
+        _print_agreement(res)
+
+
+def _print_agreement(res: dict) -> None:
+    from worldeval.opis.audit import table13
+
+    checks, dis = {}, {}
+    if "repeatability" in res:
+        checks["repeatability"] = res["repeatability"]
+        dis["repeatability"] = "; ".join(f"{k}: {v}" for k, v in res["repeatability"]["disagreements"].items())
+    for k, v in res["checks"].items():
+        checks[k] = v
+        dis[k] = "; ".join(f"{a}: {b}" for a, b in res["disagreements"][k].items())
+    _console().print(table13(checks, "opis audit: evaluator decisions against manual review", {"evaluator -> person": dis}))
+    if res.get("unlabelled"):
+        typer.echo("unlabelled: " + ", ".join(f"{k} {v}" for k, v in res["unlabelled"].items()))
+    if "repeatability" in res:
+        r = res["repeatability"]
+        typer.echo(f"repeatability unit: {r['unit']} judgments; only in one run: {r['only_in_a']} / {r['only_in_b']}")

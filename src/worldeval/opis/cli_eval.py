@@ -26,7 +26,7 @@ def register(app: typer.Typer) -> None:
         rollouts: Path = typer.Option(..., "--rollouts", help="Folder of <case_id>.mp4 rollouts of one model."),
         model: str = typer.Option(..., "--model", help="Model name recorded in the archive."),
         out: Path = typer.Option(..., "--out", help="Run folder (created; rerunning resumes)."),
-        backend: str = typer.Option("classical", "--backend", help="Perception backend: classical or hf."),
+        backend: str = typer.Option("classical", "--backend", help="Perception backend: classical, hf, an installed worldeval.backends entry point, or module:builder (a file of your own)."),
         device: str = typer.Option("cpu", "--device", help="cpu or cuda (hf backend)."),
         workers: int = typer.Option(1, "--workers", help="Worker processes (0: in-process)."),
         executor: str = typer.Option("local", "--executor", help="local (process pool) or ray."),
@@ -41,12 +41,16 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
     ) -> None:
         """Evaluate rollouts: per sampled frame, Presence/Identity/Structure measurements into RUN_DIR."""
+        from worldeval.opis.backends.registry import BackendNotFound, resolve
         from worldeval.opis.case import CaseError
-        from worldeval.opis.evaluate import EvalConfig, run_eval
+        from worldeval.opis.evaluate import EvalConfig
+        from worldeval.opis.run import run_eval
         from worldeval.runs import ResumeError
 
-        if backend not in ("classical", "hf"):
-            raise typer.BadParameter(f"unknown backend {backend!r}; choose classical or hf", param_hint="--backend")
+        try:
+            resolve(backend)
+        except BackendNotFound as exc:
+            raise typer.BadParameter(str(exc), param_hint="--backend") from exc
         if executor not in ("local", "ray"):
             raise typer.BadParameter(f"unknown executor {executor!r}; choose local or ray", param_hint="--executor")
         judge = None

@@ -169,3 +169,34 @@ def clip_figures(result: dict, presence_min: float = 80.0, agreement_min: float 
     figs.append(Figure("real: extras per frame on the real clips", f"{xr / nf:.3f} ({xr}/{nf})" if nf else "no frames",
                        "<= 0.2", _status(xr / nf <= 0.2) if nf else NOT_MEASURED))
     return figs
+
+
+def demo_figures(scores: dict, df: pd.DataFrame, tau_i: float = 0.35, p_min: float = 90.0) -> list[Figure]:
+    """The demo's figures: faithful models (oracle, static) P >= 90 on every case and above every forgetful
+    model; forgetful-recolor shows identity failures (matched, a < tau_I) and keeps its Presence."""
+    faithful, forgetful = ("oracle", "static"), [m for m in scores.get("models", {}) if m.startswith("forgetful")]
+    per = {}
+    for c in scores.get("cases", []):
+        if c["model"] in faithful:
+            per[f"{c['model']}/{c['case_id']}"] = {"P": c.get("P"), "ok": c.get("P") is not None and c["P"] >= p_min}
+    opis = {m: v.get("OPIS") for m, v in scores.get("models", {}).items()}
+    low = min((opis.get(m) for m in faithful if opis.get(m) is not None), default=None)
+    high = max((opis[m] for m in forgetful if opis.get(m) is not None), default=None)
+    rank_ok = None if low is None or high is None else low > high
+    figs = [
+        _per_case_figure("demo: oracle and static Presence per case", per, f"every case: P >= {p_min:g}"),
+        Figure("demo: faithful models rank above every forgetful one", f"min faithful OPIS {low}, max forgetful OPIS {high}",
+               "min(oracle, static) > max(forgetful-*)", _status(rank_ok), opis),
+    ]
+    rows = df[(df["model"] == "forgetful-recolor") & df["matched"].astype(bool)]
+    if rows.empty:
+        figs.append(not_measured("demo: forgetful-recolor identity failures", "> 0 frames", "no rows"))
+        return figs
+    low_frames = rows[rows["appearance"] < tau_i].groupby(["case_id", "frame"]).size()
+    n_frames = rows.groupby(["case_id", "frame"]).ngroups
+    figs.append(Figure("demo: forgetful-recolor frames with an identity failure", f"{len(low_frames)}/{n_frames} frames",
+                       "> 0 frames fail eq. 3", _status(len(low_frames) > 0)))
+    p = (scores["models"].get("forgetful-recolor") or {}).get("P")
+    figs.append(Figure("demo: forgetful-recolor keeps its Presence", f"P {p}", f"P >= {p_min:g}",
+                       _status(None if p is None else p >= p_min)))
+    return figs

@@ -154,4 +154,5 @@ def adapt_output(case: WorldCastCase, outputs: str | Path, states_dir: str | Pat
     record = {"interface": "video", "source": video.name, "selection": sel.to_json()}
     record["selection"]["params"] = {k: v for k, v in sel.params.items() if k != "raw"}
     atomic_write_json(states_dir / "adapter.json", record)
+    warnings += list(getattr(sel, "warnings", None) or [])  # e.g. a keyframe pass that fell back
     return StepSequence(case.id, "video", paths, [None] * len(paths), record, warnings)

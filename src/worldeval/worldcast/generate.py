@@ -200,6 +200,8 @@ class CaseJob:
                 atomic_write_json(self.stage / "plan.json", {"steps": plan, "source": "enhancer"})
         elif self.opts.interface == "interleaved":
             steps = ep.interleaved(prompt, self.refs, self.ledger, "interleaved sequence")
+            if len(steps) != self.case.steps:  # kept as produced: a missing or extra state is for the judge to see
+                self.trace["notes"].append(f"the generator returned {len(steps)} image(s) for {self.case.steps} states")
             for k, s in enumerate(steps, start=1):
                 atomic_write_bytes(self.stage / f"step_{k}.png", s["image"])
             texts = [s["text"] for s in steps]

@@ -41,6 +41,7 @@ class KeyframeSelection:
     notes: str = ""
     params: dict = field(default_factory=dict)
     trace: dict | None = None  # what a multi-round selector showed, was told and chose
+    warnings: list[str] = field(default_factory=list)  # shown with the judgments (fallbacks, budget cuts)
 
     def to_json(self) -> dict:
         return {
@@ -373,12 +374,17 @@ class AgenticSelector:
             if st["source"] == "vlm" and trace["requests"] < budget:
                 picks[st["step"]] = self._dense(video, info, k, st, case, trace, spacing)
         steps = self._assemble(info, states, picks, trace)
+        warnings = [f"keyframes: {r['round']} pass{' for state ' + str(r['step']) if 'step' in r else ''} gave no "
+                    f"usable answer ({r['error']}); replaced deterministically" for r in trace["rounds"] if not r["ok"]]
+        skipped = [st["step"] for st in states if st["source"] == "vlm" and st["step"] not in picks]
+        if skipped:
+            warnings.append(f"keyframes: budget of {budget} request(s) left state(s) {skipped} without a dense pass")
         return KeyframeSelection(
             self.name, str(video), info.fps, info.num_frames, steps,
             notes=f"multi-round agentic selection: {trace['requests']} VLM request(s) of {budget}",
             params={"n_samples": self.n_samples, "dense_samples": self.dense_samples, "max_requests": budget,
                     "judge_model": self.client.config.model},
-            trace=trace,
+            trace=trace, warnings=warnings,
         )
 
     def _assemble(self, info, states: list[dict], picks: dict, trace: dict) -> list[dict]:

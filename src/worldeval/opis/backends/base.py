@@ -1,7 +1,11 @@
-"""Perception protocols for OPIS evaluation.
+"""The backend contract of OPIS evaluation: what a backend may hand to the pipeline.
 
 A backend is a bundle of small pieces; each can be swapped alone (a new
-segmenter or embedder is one file implementing one of these protocols).
+segmenter or embedder is one file implementing one of these protocols). Every
+piece of evidence the pipeline (`opis/perception/frame.py`) reads from a backend
+is a declared field or method here; optional evidence is declared as such
+(`Segmenter.evidence`, `Matcher.detects_keypoints`) and the checks that need
+it are listed per run in the manifest (`checks`), never skipped silently.
 Scoring never imports this module: the measurement archive is the seam.
 """
 
@@ -11,6 +15,26 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import numpy as np
+
+
+# Observation routes: how an observation was found.
+ROUTE_OPEN = "open"  # a segmenter's own detection (text prompt, point grid, box prompt)
+ROUTE_FEATURES = "features"  # a cluster of one instance's I0 keypoints matched into the frame
+ROUTE_TEMPLATE = "template"  # a correlation peak of one instance's colour template
+ROUTE_PROJECTION = "projection"  # the pipeline's proposal at the place the camera puts a static instance
+
+# Optional evidence a segmenter may put on its observations (declared in `Segmenter.evidence`).
+EVIDENCE_FEATURE_SCORE = "feature_score"
+EVIDENCE_COMPLETENESS = "completeness"
+EVIDENCE_FOUND_FOR = "found_for"
+
+
+def mask_box(mask: np.ndarray) -> tuple[float, float, float, float]:
+    """Tight (x, y, w, h) box of a mask in pixels; all zeros for an empty mask."""
+    ys, xs = np.nonzero(mask)
+    if len(xs) == 0:
+        return (0.0, 0.0, 0.0, 0.0)
+    return (float(xs.min()), float(ys.min()), float(xs.max() - xs.min() + 1), float(ys.max() - ys.min() + 1))
 
 
 @dataclass
@@ -23,7 +47,17 @@ class Observation:
     score: float = 1.0  # detector / segmenter confidence in [0, 1]
     embedding: np.ndarray | None = None  # L2-normalised appearance descriptor
     attributes: dict[str, str] = field(default_factory=dict)
-    source: str = ""  # which search produced it (for reports and debugging)
+    source: str = ""  # which search produced it, free text (for reports and debugging)
+    route: str = ROUTE_OPEN  # how it was found: one of the ROUTE_* names
+    # Strength of keypoint evidence n / (n + 10), n = RANSAC inliers of the instance's own I0
+    # keypoints at this place (also when another route's find of the same place was kept); 0: none.
+    feature_score: float = 0.0
+    # Ids of the instances whose search found it, the search that made it first; association lets
+    # only these instances match it freely. Empty: an open detection, any instance may match it.
+    found_for: list[str] = field(default_factory=list)
+    # Share of the searched instance that lands inside the frame (a copy must be whole to count
+    # as an extra on strong evidence alone); 0.0 when the segmenter cannot say.
+    completeness: float = 0.0
 
 
 @dataclass
@@ -43,6 +77,8 @@ class Keypoints:
 @runtime_checkable
 class Segmenter(Protocol):
     name: str
+    versions: dict[str, str]  # entries this piece adds to the run manifest
+    evidence: frozenset[str]  # optional Observation fields it fills: EVIDENCE_* names
 
     def observe(self, frame: np.ndarray, phrases: list[str], reference=None) -> list[Observation]:
         """Object observations in `frame` for the case's noun phrases.
@@ -56,6 +92,7 @@ class Segmenter(Protocol):
 @runtime_checkable
 class Embedder(Protocol):
     name: str
+    versions: dict[str, str]
 
     def embed(self, image: np.ndarray, masks: list[np.ndarray], boxes: list[tuple[float, float, float, float]]) -> np.ndarray:
         """N x D L2-normalised crop descriptors (colour-aware: identity includes colour pattern)."""
@@ -65,6 +102,8 @@ class Embedder(Protocol):
 @runtime_checkable
 class Matcher(Protocol):
     name: str
+    versions: dict[str, str]
+    detects_keypoints: bool  # whether keypoints_in can answer (a detector-free matcher cannot)
 
     def match(
         self, img0: np.ndarray, img1: np.ndarray, mask0: np.ndarray | None = None, mask1: np.ndarray | None = None
@@ -72,10 +111,15 @@ class Matcher(Protocol):
         """Point correspondences between two images, restricted to the masks when given."""
         ...
 
+    def keypoints_in(self, image: np.ndarray, mask: np.ndarray) -> np.ndarray | None:
+        """N x 2 (x, y) of the keypoints this matcher detects in `image` inside `mask`; None without a detector."""
+        ...
+
 
 @runtime_checkable
 class DepthEstimator(Protocol):
     name: str
+    versions: dict[str, str]
 
     def estimate(self, image: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """(depth H x W float32, intrinsics 3x3 or None)."""
@@ -85,15 +129,23 @@ class DepthEstimator(Protocol):
 @runtime_checkable
 class PoseEstimator(Protocol):
     name: str
+    versions: dict[str, str]
 
     def supports(self, category: str) -> bool: ...
 
-    def keypoints(self, image: np.ndarray, box: tuple[float, float, float, float]) -> Keypoints | None: ...
+    def keypoints(
+        self, image: np.ndarray, box: tuple[float, float, float, float], category: str | None = None
+    ) -> Keypoints | None:
+        """Keypoints of the object of `category` inside `box` (None: none confident enough)."""
+        ...
 
 
 @dataclass
 class Backend:
-    """The perception pieces one evaluation uses. Optional pieces may be None."""
+    """The perception pieces one evaluation uses. Optional pieces may be None.
+
+    `versions` is what the run manifest records under `backends.<name>`.
+    """
 
     name: str
     segmenter: Segmenter

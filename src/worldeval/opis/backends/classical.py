@@ -24,7 +24,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from worldeval.opis.backends.base import Backend, Correspondences, Observation
+from worldeval.opis.backends.base import (
+    EVIDENCE_COMPLETENESS, EVIDENCE_FEATURE_SCORE, EVIDENCE_FOUND_FOR, ROUTE_FEATURES, ROUTE_TEMPLATE, Backend,
+    Correspondences, Observation, mask_box,
+)  # fmt: skip
 from worldeval.opis.backends.mediapipe_pose import load_pose
 from worldeval.opis.perception.association import box_iou
 from worldeval.opis.perception.embedding import EfficientNetColourEmbedder
@@ -43,11 +46,13 @@ def _key(image: np.ndarray) -> tuple:
 
 class SiftMatcher:
     name = "opencv-sift"
+    detects_keypoints = True
 
     def __init__(self, feature_max_side: int = 640, nfeatures: int = 2000, ratio: float = 0.8, cache_size: int = 6):
         self.feature_max_side = int(feature_max_side)
         self.nfeatures = int(nfeatures)
         self.ratio = float(ratio)
+        self.versions = {"matcher": f"opencv-sift[max_side={self.feature_max_side},n={self.nfeatures},ratio={self.ratio:g}]"}
         self._cache: OrderedDict = OrderedDict()
         self._cache_size = cache_size
         self._sift = None
@@ -90,6 +95,11 @@ class SiftMatcher:
         x = np.clip(np.round(feats.xy[:, 0]).astype(int), 0, W - 1)
         y = np.clip(np.round(feats.xy[:, 1]).astype(int), 0, H - 1)
         return np.flatnonzero(mask[y, x])
+
+    def keypoints_in(self, image: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """SIFT keypoints of `image` (full-resolution x, y) lying inside `mask`."""
+        feats = self.features(image)
+        return feats.xy[self.select(feats, mask)]
 
     def match_indices(
         self, f0: Features, idx0: np.ndarray, f1: Features, idx1: np.ndarray, ratio: float | None = None,
@@ -159,6 +169,7 @@ class SearchSegmenter:
     """Finds candidates for each reference instance in a frame (feature route + template route)."""
 
     name = "sift-template-search"
+    evidence = frozenset({EVIDENCE_FEATURE_SCORE, EVIDENCE_COMPLETENESS, EVIDENCE_FOUND_FOR})
 
     def __init__(
         self,
@@ -179,6 +190,8 @@ class SearchSegmenter:
         self.template_peaks = template_peaks
         self.feature_clusters = feature_clusters
         self.min_inliers = min_inliers
+        self.versions = {"segmenter": f"sift-template-search[side={template_side},peaks={template_peaks},"
+                                      f"clusters={feature_clusters},min_inliers={min_inliers}]"}
 
     # -- per-case preparation (cached in the reference bank)
     def _prepare(self, bank):
@@ -257,17 +270,13 @@ class SearchSegmenter:
             mask = cv2.warpAffine(bank.masks[i].astype(np.uint8), M, (Ww, Hh), flags=cv2.INTER_NEAREST).astype(bool)
             if mask.sum() < 4:
                 continue
-            ob = Observation(
-                mask=mask,
-                box=_mask_box(mask),
-                category=None,
-                score=float(n / (n + 10.0)),
-                source=f"features:{bank.ids[i]}",
-            )
-            ob.feature_score = ob.score
-            # share of the warped instance that lands inside the frame (a copy must be whole to count as an extra)
-            ob.completeness = float(mask.sum()) / max(1.0, scale * scale * float(bank.masks[i].sum()))
-            obs.append(ob)
+            score = float(n / (n + 10.0))
+            obs.append(Observation(
+                mask=mask, box=mask_box(mask), category=None, score=score, source=f"features:{bank.ids[i]}",
+                route=ROUTE_FEATURES, feature_score=score, found_for=[bank.ids[i]],
+                # share of the warped instance that lands inside the frame
+                completeness=float(mask.sum()) / max(1.0, scale * scale * float(bank.masks[i].sum())),
+            ))  # fmt: skip
         return obs
 
     def _template_route(self, bank, i, info, frame, small_frames, seeds=(), min_peak: float | None = None) -> list[Observation]:
@@ -322,10 +331,11 @@ class SearchSegmenter:
             mask = _place_mask(info["tmask"], box, (Hh, Ww))
             if mask.sum() < 4:
                 continue
-            ob = Observation(mask=mask, box=_mask_box(mask), category=None, score=float(max(0.0, v)), source=f"template:{bank.ids[i]}")
             full = float(info["tmask"].sum()) * (bw * bh) / max(1.0, float(info["tmask"].size))
-            ob.completeness = float(mask.sum()) / max(1.0, full)
-            obs.append(ob)
+            obs.append(Observation(
+                mask=mask, box=mask_box(mask), category=None, score=float(max(0.0, v)), source=f"template:{bank.ids[i]}",
+                route=ROUTE_TEMPLATE, found_for=[bank.ids[i]], completeness=float(mask.sum()) / max(1.0, full),
+            ))  # fmt: skip
         return obs
 
 
@@ -407,13 +417,6 @@ def _place_mask(tmask: np.ndarray, box, shape) -> np.ndarray:
     return out
 
 
-def _mask_box(mask: np.ndarray) -> tuple[float, float, float, float]:
-    ys, xs = np.nonzero(mask)
-    if len(xs) == 0:
-        return (0.0, 0.0, 0.0, 0.0)
-    return (float(xs.min()), float(ys.min()), float(xs.max() - xs.min() + 1), float(ys.max() - ys.min() + 1))
-
-
 def _dedupe(cands: list[Observation], iou: float = 0.75) -> list[Observation]:
     """One observation per place: the best-scoring candidate wins (refined template peaks usually beat
     the feature route's similarity warp, whose scale and position come from a few keypoints)."""
@@ -424,14 +427,9 @@ def _dedupe(cands: list[Observation], iou: float = 0.75) -> list[Observation]:
         twin = next((o for o in kept if box_iou(c.box, o.box) > iou), None)
         if twin is not None:
             # the kept observation was found by both searches; association must know (provenance)
-            found = list(getattr(twin, "found_for", [twin.source.partition(":")[2]]))
-            for f in getattr(c, "found_for", [c.source.partition(":")[2]]):
-                if f not in found:
-                    found.append(f)
-            twin.found_for = found
+            twin.found_for = twin.found_for + [f for f in c.found_for if f not in twin.found_for]
             # a SIFT cluster of the instance's own keypoints at this place is strong evidence of an object
-            fs = c.score if c.source.startswith("features:") else getattr(c, "feature_score", 0.0)
-            twin.feature_score = max(getattr(twin, "feature_score", 0.0), fs)
+            twin.feature_score = max(twin.feature_score, c.feature_score)
             continue
         kept.append(c)
     return kept

@@ -150,6 +150,9 @@ class HFMatcher:
     here, so it runs wholly in the reduced precision.
     """
 
+    # No keypoints of I0 alone: the keypoint-support check of template finds does not run (see the run manifest).
+    detects_keypoints = False
+
     def __init__(
         self,
         model_name: str,
@@ -189,6 +192,9 @@ class HFMatcher:
         self.versions = {"matcher": model_version(model_name, self.model) + (f"[autocast {dtype}]" if self.autocast else ""),
                          "matcher_preprocessing": describe_processor(self.processor)
                          + (f" long side {self.long_side}" if self.long_side else "")}  # fmt: skip
+
+    def keypoints_in(self, image: np.ndarray, mask: np.ndarray) -> None:
+        return None
 
     def _detector_in_fp32(self) -> None:
         import torch

@@ -85,6 +85,7 @@ class Sam3Segmenter:
     """
 
     name = "sam3"
+    evidence: frozenset[str] = frozenset()  # open detections: no instance search, no keypoint clusters
 
     def __init__(
         self,
@@ -236,6 +237,7 @@ class Sam2Segmenter:
     """`Sam2Model` prompted with a point grid and with the reference boxes (fallback when SAM 3 is absent)."""
 
     name = "sam2"
+    evidence: frozenset[str] = frozenset()
 
     def __init__(
         self,

@@ -40,6 +40,7 @@ class MediaPipePose:
         import mediapipe as mp
 
         self.version = getattr(mp, "__version__", "unknown")
+        self.versions = {"pose": f"mediapipe {self.version} BlazePose full (33 landmarks, people only)"}
         self._solution = mp.solutions.pose
         self.margin = margin
         self.min_detection_confidence = min_detection_confidence
@@ -60,8 +61,11 @@ class MediaPipePose:
             )
         return self._graph
 
-    def keypoints(self, image: np.ndarray, box) -> Keypoints | None:
-        """33 landmarks in image pixels with their visibility as confidence; None when no person is found."""
+    def keypoints(self, image: np.ndarray, box, category: str | None = None) -> Keypoints | None:
+        """33 landmarks in image pixels with their visibility as confidence; None when no person is found
+        (or `category`, when given, is not a person)."""
+        if category is not None and not self.supports(category):
+            return None
         H, W = image.shape[:2]
         x, y, w, h = (float(v) for v in box)
         if w < 4 or h < 4:
@@ -88,4 +92,4 @@ def load_pose() -> tuple[MediaPipePose | None, str]:
         return None, "unavailable: mediapipe not installed (pip install --no-deps mediapipe==0.10.21, see README)"
     except Exception as exc:  # a wheel whose graph cannot start on this machine
         return None, f"unavailable: {type(exc).__name__}: {exc}"[:200]
-    return est, f"mediapipe {est.version} BlazePose full (33 landmarks, people only)"
+    return est, est.versions["pose"]

@@ -128,6 +128,7 @@ class EfficientNetColourEmbedder:
 
     def __init__(self, cnn_weight: float = CNN_WEIGHT, threads: int | None = 1):
         self.cnn_weight = float(cnn_weight)
+        self.versions = {"embedder": f"efficientnet-lite0 (ImageNet) + Lab histogram[cnn_weight={self.cnn_weight:g}]"}
         # One math thread: batches here are small, and OpenMP's spinning workers collapse
         # (10x slower measured) as soon as the cores are shared with other processes.
         self.threads = threads

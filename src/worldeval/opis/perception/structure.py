@@ -172,3 +172,56 @@ def claims_structure(
     if not fam:
         return None, {"reason": "no confident verdicts"}
     return float(np.mean([np.mean(v) for v in fam.values()])), {"families": {k: float(np.mean(v)) for k, v in fam.items()}}
+
+
+# ----------------------------------------------------------------------------- the structure stage
+
+
+def crop(image: np.ndarray, box, context: float = 0.1) -> np.ndarray:
+    """`box` of `image` with `context` of its size around it (what the claims judge sees)."""
+    H, W = image.shape[:2]
+    x, y, w, h = box
+    px, py = context * w, context * h
+    x0, y0 = max(0, int(x - px)), max(0, int(y - py))
+    x1, y1 = min(W, int(np.ceil(x + w + px))), min(H, int(np.ceil(y + h + py)))
+    return np.ascontiguousarray(image[y0:max(y0 + 1, y1), x0:max(x0 + 1, x1)])
+
+
+def _pose(bank, i, frame, ob, pose, config) -> float | None:
+    cat = bank.categories[i]
+    key = f"pose0:{bank.ids[i]}"
+    if key not in bank.cache:
+        bank.cache[key] = pose.keypoints(bank.image, bank.boxes[i], category=cat)
+    kp1 = pose.keypoints(frame, ob.box, category=cat)
+    return pose_structure(bank.cache[key], kp1, tau=config.pose_tau)
+
+
+def instance_structure(bank, i, frame, ob, cam, backend, config, judge) -> tuple[float | None, str | None]:
+    """(score, source) for instance i matched to observation `ob`: static residual for static
+    instances; else pose keypoints where the backend has them for the category, else the claims judge."""
+    if bank.tracks[i] == "static":
+        s, _ = static_structure(
+            bank, i, frame, ob.box, cam, backend.matcher, lambda_g=config.lambda_g, min_correspondences=config.min_correspondences
+        )
+        return (s, "static") if s is not None else (None, None)
+    if backend.pose is not None and backend.pose.supports(bank.categories[i]):
+        s = _pose(bank, i, frame, ob, backend.pose, config)
+        if s is not None:
+            return s, "pose"
+    inst = bank.case.instances[i]
+    if judge is not None and inst.claims:
+        s, _ = claims_structure(
+            judge, crop(bank.image, bank.boxes[i]), crop(frame, ob.box), bank.categories[i], inst.claims,
+            max_claims=config.max_claims, min_confidence=config.claim_confidence,
+        )
+        if s is not None:
+            return s, "claims"
+    return None, None
+
+
+def measure_structure(st, backend, config, judge) -> None:
+    st.structure, st.structure_source = [None] * st.n, [None] * st.n
+    for i in range(st.n):
+        j = st.assoc.match[i]
+        if j is not None:
+            st.structure[i], st.structure_source[i] = instance_structure(st.bank, i, st.frame, st.obs[j], st.cam, backend, config, judge)

@@ -1,0 +1,34 @@
+"""Evaluator settings shared by every stage of the per-frame pipeline."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+
+class EvalConfig(BaseModel):
+    """Evaluator settings; defaults are the paper's (section 5.1) where it gives one."""
+
+    model_config = ConfigDict(extra="forbid")
+    association_threshold: float = 0.35
+    ambiguity_margin: float = 0.05
+    min_appearance: float = 0.2  # appearance evidence a pair needs before category/attributes can count
+    lambda_g: float = 0.05
+    pose_tau: float = 0.2
+    max_claims: int = 12
+    claim_confidence: float = 0.7
+    stride: int = 8
+    skip_seconds: float = 1.0
+    max_side: int | None = None  # decode frames at most this large (None: native size)
+    foreign_min_appearance: float = 0.5  # appearance needed to match an observation another instance's search found
+    weak_tie_affinity: float = 0.5  # a static instance's ambiguity between finds all below this counts as missing
+    ungated_min_appearance: float = 0.5  # appearance a static instance needs when no reliable camera gates it
+    gate_tolerance: float = 0.05  # geometric gate margin, share of the frame diagonal
+    min_in_view: float = 0.5  # share of projected query points inside the frame to count as in view
+    min_side_px: float = 10.0  # projected instance smaller than this (either side) is too small
+    min_correspondences: int = 6  # for the static structure residual
+    extra_min_similarity: float = 0.5  # an extra must look like an object of the inventory at least this much
+    extra_margin: float = 0.1  # ... and nearly as much as the matched instance it resembles, unless found strongly:
+    extra_feature_score: float = 0.44  # feature-route score n/(n+10): >= 8 RANSAC inliers
+    extra_template_score: float = 0.85  # template-route normalised cross-correlation
+    camera_holdout: float = 0.2
+    seed: int = 0

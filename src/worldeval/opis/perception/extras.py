@@ -1,0 +1,97 @@
+"""Extras stage: unmatched observations that count as extra objects (SPEC section 3).
+
+Only inside the part of the frame that shows content seen in I0 (needs a
+reliable camera), only when the observation looks like an object (it resembles
+an inventory object at least `extra_min_similarity`, and nearly as much as that
+object's own match when it has one: a second copy), and never when it can be
+attributed to a reference instance that is not accounted for (occluded, out of
+view, unknown), to a matched observation, or to the projected place of a static
+instance.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from worldeval.opis.backends.base import ROUTE_PROJECTION, ROUTE_TEMPLATE
+from worldeval.opis.perception import projection as P
+from worldeval.opis.perception.association import box_iou
+
+WHOLE = 0.85  # completeness a strong find needs to count as a copy on its own
+
+
+def same_place(a: np.ndarray, b: np.ndarray, allow_inside_larger: bool = False) -> bool:
+    """Mask `a` (a candidate extra) can be explained by `b` (a matched object or a projected place).
+
+    Any overlap beyond 20 % of `a` counts; with `allow_inside_larger`, not inside a `b` at least
+    three times larger: a copy standing on a table lies inside the table's mask without being it.
+    """
+    inter = float((a & b).sum())
+    if inter == 0:
+        return False
+    sa, sb = float(a.sum()), float(b.sum())
+    if inter / (sa + sb - inter) > 0.3:
+        return True
+    return inter / sa > 0.2 and not (allow_inside_larger and sb >= 3.0 * sa)
+
+
+def strong_find(o, config) -> bool:
+    """A whole second find by the instance's own keypoints, or by a near-perfect template correlation:
+    a copy of it even on another background."""
+    whole = o.completeness >= WHOLE
+    by_features = o.feature_score >= config.extra_feature_score and whole
+    return by_features or (o.route == ROUTE_TEMPLATE and o.score >= config.extra_template_score and whole)
+
+
+def _in_seen_region(o, seen, shape) -> bool:
+    H, W = shape
+    x, y, w, h = o.box
+    cx, cy = int(min(W - 1, max(0, x + w / 2))), int(min(H - 1, max(0, y + h / 2)))
+    return bool(seen[cy, cx]) and o.mask.sum() > 0
+
+
+def _explained(st, j: int, i_best: int, strong: bool, matched: set, conf: float, config) -> bool:
+    """The candidate is a piece of a matched object, lies at a projected place, or may be an
+    instance that is not accounted for (unless it clearly looks like another one)."""
+    o, obs, sim = st.obs[j], st.obs, st.assoc.similarity
+    # A strong find may stand inside a larger object (a copy on a table), but never inside the
+    # object it resembles: then it is a piece of that object found again.
+    own = st.assoc.match[i_best]
+    if any(same_place(o.mask, obs[k].mask, strong and k != own) for k in matched):
+        return True
+    if any(pr is not None and pr.mask is not None and same_place(o.mask, pr.mask, strong and i != i_best)
+           for i, pr in enumerate(st.projs)):
+        return True
+    for i in range(st.n):
+        if st.assoc.match[i] is None and st.visibility[i] in (P.OCCLUDED, P.OUT_OF_VIEW, P.UNKNOWN, P.TOO_SMALL):
+            if np.isfinite(sim[i, j]) and sim[i, j] >= max(config.association_threshold, conf - config.extra_margin):
+                return True
+    return False
+
+
+def confirm_extras(st, config) -> None:
+    st.extras = []
+    seen = P.seen_region(st.bank, st.cam, st.shape)
+    if seen is None or not len(st.obs):
+        return
+    assoc, sim = st.assoc, st.assoc.similarity
+    matched = {j for j in assoc.match if j is not None}
+    for j, o in enumerate(st.obs):
+        if j in matched or o.route == ROUTE_PROJECTION or not _in_seen_region(o, seen, st.shape):
+            continue
+        col = sim[:, j] if sim.size else np.array([])
+        if not len(col) or not np.isfinite(col).any():
+            continue
+        i_best = int(np.nanargmax(col))
+        conf = float(col[i_best])
+        if conf < config.extra_min_similarity:
+            continue
+        strong = strong_find(o, config)
+        # a weak find counts only as a second copy of an object matched elsewhere in the frame
+        if not strong and (st.appearance[i_best] is None or conf < st.appearance[i_best] - config.extra_margin):
+            continue
+        if _explained(st, j, i_best, strong, matched, conf, config):
+            continue
+        if any(box_iou(o.box, st.obs[k].box) > 0.3 for k in st.extras):
+            continue
+        st.extras.append(j)

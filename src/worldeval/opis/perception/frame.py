@@ -1,0 +1,189 @@
+"""One sampled frame through the OPIS measurement pipeline (paper section 4).
+
+`measure_frame` is the whole per-frame evaluator as a sequence of named stages
+over one `FrameState`; each stage reads what earlier stages put there and adds
+its own part:
+
+    observe    -> obs                 backend segmenter's observations of the frame
+    camera     -> cam                 I0 -> frame camera from background correspondences
+    project    -> projs, obs          static instances' projected places and visibility states;
+                                      place proposals where the camera puts a static instance
+    embed      -> obs[*].embedding    appearance descriptors of observations without one
+    associate  -> assoc               gates, provenance and keypoint support, one-to-one matching
+    identity   -> ambiguous, visibility, appearance
+    extras     -> extras              unmatched observations that count as extra objects
+    structure  -> structure, structure_source
+
+`frame_records` turns the finished state into archive rows and per-frame records;
+`checks` says which evidence checks a backend lets run (the run manifest's `checks`).
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from worldeval.opis.backends.base import EVIDENCE_COMPLETENESS, EVIDENCE_FEATURE_SCORE, EVIDENCE_FOUND_FOR, Backend, Observation
+from worldeval.opis.case import encode_rle
+from worldeval.opis.perception import projection as P
+from worldeval.opis.perception.association import Association
+from worldeval.opis.perception.camera import CameraEstimate, estimate_camera
+from worldeval.opis.perception.config import EvalConfig
+from worldeval.opis.perception.reference import ReferenceBank
+
+
+@dataclass
+class FrameState:
+    """Everything the stages know about one frame; lists are per reference instance unless noted."""
+
+    bank: ReferenceBank
+    frame: np.ndarray  # H x W x 3 RGB
+    index: int  # frame number in the rollout
+    obs: list[Observation] = field(default_factory=list)  # per observation
+    cam: CameraEstimate | None = None
+    projs: list[P.Projection | None] = field(default_factory=list)
+    assoc: Association | None = None
+    ambiguous: list[bool] = field(default_factory=list)
+    visibility: list[str] = field(default_factory=list)
+    appearance: list[float | None] = field(default_factory=list)
+    extras: list[int] = field(default_factory=list)  # observation indices
+    structure: list[float | None] = field(default_factory=list)
+    structure_source: list[str | None] = field(default_factory=list)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.frame.shape[:2]
+
+    @property
+    def n(self) -> int:
+        return len(self.bank)
+
+
+@dataclass
+class FrameResult:
+    rows: list[dict]  # archive rows without the rollout's common columns, frame and time
+    objects: list[dict]  # the per-frame record's objects
+    masks: dict[str, np.ndarray]  # instance id -> matched observation mask
+
+
+def checks(backend: Backend, judge=None) -> dict[str, bool]:
+    """Which of the pipeline's evidence checks run with this backend (and judge); false ones are skipped.
+
+    keypoint_support: a template-only or weak find of a static instance must show the instance's own
+        I0 keypoints (needs a matcher that detects keypoints: `Matcher.detects_keypoints`);
+    search_provenance: an observation found by searching for one instance needs a clearer likeness
+        to match another (needs `Observation.found_for`);
+    extras_by_keypoints / extras_by_template: a whole second find by the instance's keypoints / a
+        near-perfect template correlation counts as an extra copy even when it resembles the object
+        less than its match (needs `Observation.feature_score` and `Observation.completeness`);
+    place_proposals, static_structure: always (they need only `Matcher.match`);
+    pose_structure: a pose estimator is present; claims_structure: a judge is configured.
+    """
+    ev = backend.segmenter.evidence
+    return {
+        "keypoint_support": bool(backend.matcher.detects_keypoints),
+        "search_provenance": EVIDENCE_FOUND_FOR in ev,
+        "extras_by_keypoints": EVIDENCE_FEATURE_SCORE in ev and EVIDENCE_COMPLETENESS in ev,
+        "extras_by_template": EVIDENCE_COMPLETENESS in ev,
+        "place_proposals": True,
+        "static_structure": True,
+        "pose_structure": backend.pose is not None,
+        "claims_structure": judge is not None,
+    }
+
+
+def observe(st: FrameState, backend: Backend) -> None:
+    st.obs = list(backend.segmenter.observe(st.frame, st.bank.categories, reference=st.bank))
+
+
+def camera(st: FrameState, backend: Backend, config: EvalConfig) -> None:
+    st.cam = estimate_camera(st.bank, st.frame, backend.matcher, holdout=config.camera_holdout, seed=config.seed)
+
+
+def project(st: FrameState, backend: Backend, config: EvalConfig) -> None:
+    from worldeval.opis.perception.places import propose_places
+
+    st.projs = P.project_instances(st.bank, st.cam, st.shape, min_in_view=config.min_in_view, min_side_px=config.min_side_px)
+    st.obs.extend(propose_places(st, backend.matcher, config))
+
+
+def embed(st: FrameState, backend: Backend) -> None:
+    todo = [k for k, o in enumerate(st.obs) if o.embedding is None]
+    if todo:
+        embs = backend.embedder.embed(st.frame, [st.obs[k].mask for k in todo], [st.obs[k].box for k in todo])
+        for k, e in zip(todo, embs):
+            st.obs[k].embedding = np.asarray(e, np.float32)
+
+
+def measure_frame(bank: ReferenceBank, frame: np.ndarray, backend: Backend, config: EvalConfig, judge=None,
+                  index: int = 0, timer=None) -> FrameResult:
+    """Measure one frame: the stages in order (`timer(stage)` is a context manager summing seconds)."""
+    from worldeval.opis.perception.extras import confirm_extras
+    from worldeval.opis.perception.identity import associate_observations, identify
+    from worldeval.opis.perception.structure import measure_structure
+
+    timer = timer or (lambda stage: nullcontext())
+    st = FrameState(bank=bank, frame=frame, index=index)
+    with timer("observation"):
+        observe(st, backend)
+    with timer("camera"):
+        camera(st, backend, config)
+        project(st, backend, config)
+    with timer("embedding"):
+        embed(st, backend)
+    with timer("association"):
+        associate_observations(st, backend.matcher, config)
+        identify(st, config)
+        confirm_extras(st, config)
+    with timer("structure"):
+        measure_structure(st, backend, config, judge)
+    return frame_records(st)
+
+
+def _box_list(b) -> list[float] | None:
+    return None if b is None else [round(float(v), 2) for v in b]
+
+
+def _round(v: float | None) -> float | None:
+    return None if v is None else round(v, 4)
+
+
+def frame_records(st: FrameState) -> FrameResult:
+    """Archive rows (one per instance, one per extra) and the per-frame record's objects."""
+    bank, obs = st.bank, st.obs
+    rows, objects, masks = [], [], {}
+    for i in range(st.n):
+        j = st.assoc.match[i]
+        rows.append({
+            "instance_id": bank.ids[i], "track": bank.tracks[i], "visibility": st.visibility[i], "matched": j is not None,
+            "ambiguous": st.ambiguous[i], "extra": False, "appearance": st.appearance[i], "structure": st.structure[i],
+            "structure_source": st.structure_source[i],
+        })  # fmt: skip
+        rle = None
+        if j is not None:
+            status, box = "matched", obs[j].box
+            masks[bank.ids[i]] = obs[j].mask
+            rle = encode_rle(obs[j].mask)
+        elif st.ambiguous[i]:
+            status, box = "ambiguous", None
+        else:
+            status = {P.EXPECTED: "missing"}.get(st.visibility[i], st.visibility[i])
+            box = st.projs[i].box if st.projs[i] is not None else None
+        objects.append({
+            "instance_id": bank.ids[i], "category": bank.categories[i], "status": status, "box": _box_list(box),
+            "appearance": _round(st.appearance[i]), "structure": _round(st.structure[i]),
+            # the matched observation's own mask (COCO RLE; its box is `box`), for audits against ground truth
+            "mask": rle,
+        })  # fmt: skip
+    for j in st.extras:
+        rows.append({
+            "instance_id": None, "track": None, "visibility": None, "matched": False, "ambiguous": False, "extra": True,
+            "appearance": None, "structure": None, "structure_source": None,
+        })  # fmt: skip
+        objects.append({
+            "instance_id": None, "category": obs[j].category, "status": "extra", "box": _box_list(obs[j].box),
+            "appearance": None, "structure": None,
+        })  # fmt: skip
+    return FrameResult(rows, objects, masks)

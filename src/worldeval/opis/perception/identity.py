@@ -1,0 +1,115 @@
+"""Association and identity stages: which observation is which reference instance, and how alike they are.
+
+`associate_observations` builds the eligibility of every (instance, observation)
+pair (geometric gate, search provenance, keypoint support) and runs the
+one-to-one association; `identify` turns its result into the ambiguity flag,
+visibility state and appearance score of each instance (paper section 4.1-4.2).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from worldeval.opis.backends.base import ROUTE_PROJECTION
+from worldeval.opis.perception import projection as P
+from worldeval.opis.perception.association import associate, geometric_gate
+from worldeval.opis.perception.places import keypoint_support, support_needed
+
+
+def geometric_gates(st, config) -> np.ndarray:
+    """n x m: a static instance the camera places may only match observations where it is projected."""
+    bank, obs, n = st.bank, st.obs, st.n
+    gates = np.ones((n, len(obs)), bool)
+    for i in range(n):
+        if bank.tracks[i] != "static" or not st.cam.reliable:
+            continue
+        pr = st.projs[i]
+        for j, o in enumerate(obs):
+            gates[i, j] = pr is not None and pr.state != P.OUT_OF_VIEW and geometric_gate(pr.box, o.box, st.shape, config.gate_tolerance)
+    return gates
+
+
+def provenance(st) -> np.ndarray:
+    """n x m: observation j was found by searching for instance i (an open detection: for every instance)."""
+    bank = st.bank
+    prov = np.ones((st.n, len(st.obs)), bool)
+    id_index = {k: i for i, k in enumerate(bank.ids)}
+    for j, o in enumerate(st.obs):
+        owners = [w for w in o.found_for if w in id_index]
+        if owners:
+            prov[:, j] = False
+            for w in owners:
+                prov[id_index[w], j] = True
+    return prov
+
+
+def require_keypoint_support(st, gates: np.ndarray, matcher, config) -> None:
+    """Close the gate of template-only (or weak keypoint-cluster) finds of a static instance that
+    do not show its own keypoints (an inpainted smear can look right in colour).
+
+    Only texture-poor instances, which cannot show enough keypoints, are exempt; with a matcher
+    that detects no keypoints the check does not run (the run manifest says so).
+    """
+    if not st.cam.reliable:
+        return
+    bank = st.bank
+    for i in range(st.n):
+        if bank.tracks[i] != "static":
+            continue
+        need = support_needed(bank, i, st.cam, st.shape, matcher, config.min_correspondences)
+        if need == 0:
+            continue
+        for j, o in enumerate(st.obs):
+            firm = o.feature_score >= config.extra_feature_score  # >= 8 SIFT inliers
+            if not gates[i, j] or firm or o.route == ROUTE_PROJECTION:
+                continue
+            if keypoint_support(bank, i, st.frame, matcher, o.box) < need:
+                gates[i, j] = False
+
+
+def associate_observations(st, matcher, config) -> None:
+    bank, obs, n = st.bank, st.obs, st.n
+    gates = geometric_gates(st, config)
+    prov = provenance(st)
+    require_keypoint_support(st, gates, matcher, config)
+    # without a camera nothing places a static instance: only a clear likeness may match it
+    floor = [config.ungated_min_appearance if (bank.tracks[i] == "static" and not st.cam.reliable) else 0.0 for i in range(n)]
+    st.assoc = associate(
+        bank.embeddings, np.stack([o.embedding for o in obs]) if obs else None,
+        bank.categories, [o.category for o in obs], bank.attributes, [o.attributes for o in obs],
+        gates, [o.box for o in obs],
+        threshold=config.association_threshold, margin=config.ambiguity_margin, min_appearance=config.min_appearance,
+        provenance=prov, foreign_min_appearance=config.foreign_min_appearance, instance_min_appearance=floor,
+    )  # fmt: skip
+
+
+def weak_static_tie(st, i: int, config) -> bool:
+    """A tie between weak candidates for a static instance the camera places in view is no evidence
+    that the object is there: it is reported by its projection (missing), not as unknown."""
+    pr = st.projs[i]
+    if st.bank.tracks[i] != "static" or pr is None or pr.state != P.EXPECTED:
+        return False
+    row = st.assoc.affinity[i]
+    best = np.nanmax(row) if np.isfinite(row).any() else 0.0
+    return bool(best < config.weak_tie_affinity)
+
+
+def identify(st, config) -> None:
+    """Ambiguity, visibility and appearance per instance from the association."""
+    assoc, bank = st.assoc, st.bank
+    st.ambiguous = [bool(assoc.ambiguous[i]) and not weak_static_tie(st, i, config) for i in range(st.n)]
+    st.visibility, st.appearance = [], []
+    for i in range(st.n):
+        j = assoc.match[i]
+        if j is not None:
+            st.visibility.append(P.EXPECTED)
+            st.appearance.append(max(0.0, float(assoc.similarity[i, j])))
+        elif st.ambiguous[i]:
+            st.visibility.append(P.UNKNOWN)
+            st.appearance.append(None)
+        elif bank.tracks[i] == "static" and st.projs[i] is not None:
+            st.visibility.append(st.projs[i].state)
+            st.appearance.append(None)
+        else:
+            st.visibility.append(P.UNKNOWN)
+            st.appearance.append(None)

@@ -1,0 +1,292 @@
+"""An OPIS run folder: evaluate every case of a dataset against a folder of rollouts (SPEC section 3).
+
+`run_eval` writes a resumable run folder (parts, per-frame records, status
+records, manifest); `run_item` is what a worker does for one (model, case):
+load the case, build (or reuse) the backend, call `evaluate_rollout`, and turn
+every failure into a structured error naming the file and field. One item's
+failure is recorded and the run goes on. Measurement itself is
+`opis/evaluate.py` and `opis/perception/`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from worldeval.opis.case import CaseError, load_case
+from worldeval.opis.evaluate import STAGES, EvalConfig, evaluate_rollout, load_backend
+
+VIDEO_SUFFIXES = (".mp4", ".mov", ".mkv", ".webm", ".avi", ".m4v", ".gif")
+
+
+@dataclass
+class EvalItem:
+    case_dir: str
+    video: str
+    model: str
+    backend: str = "classical"  # as given: registered name, entry point or module:builder
+    backend_options: dict = field(default_factory=dict)
+    device: str = "cpu"
+    config: dict = field(default_factory=dict)
+    judge: dict | None = None  # JudgeConfig fields; the key travels only in memory
+    backend_path: str | None = None  # folder a module:builder backend is imported from (workers are new processes)
+
+    @property
+    def case_id(self) -> str:
+        return Path(self.case_dir).name
+
+
+@dataclass
+class ItemResult:
+    model: str
+    case_id: str
+    rows: pd.DataFrame | None = None
+    frames: dict | None = None
+    timings: dict = field(default_factory=dict)
+    error: dict | None = None  # {"file", "field", "message"}
+    backend_versions: dict = field(default_factory=dict)
+    checks: dict = field(default_factory=dict)  # which evidence checks the backend let run (see perception/frame.py)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+# ----------------------------------------------------------------------------- one item (worker side)
+
+
+def _error(file, fieldname, message, kind=None) -> dict:
+    rec = {"file": None if file is None else str(file), "field": fieldname, "message": str(message)}
+    if kind:
+        rec["type"] = kind
+    return rec
+
+
+def find_rollout(rollouts: str | Path, case_id: str) -> Path:
+    """`<rollouts>/<case_id>.<any video suffix>`; the .mp4 path when none exists (reported missing later)."""
+    root = Path(rollouts)
+    for suf in VIDEO_SUFFIXES:
+        p = root / f"{case_id}{suf}"
+        if p.exists():
+            return p
+    return root / f"{case_id}.mp4"
+
+
+def _judge_client(judge: dict | None):
+    if not judge:
+        return None
+    from worldeval.judge.client import JudgeClient, JudgeConfig
+
+    return JudgeClient(JudgeConfig(**judge))
+
+
+def _cached(key, factory):
+    from worldeval.executor import worker_cache
+
+    return worker_cache(key, factory)
+
+
+def _measure(item: EvalItem, res: ItemResult, case, video: Path) -> None:
+    from worldeval.opis.perception.frame import checks
+
+    config = EvalConfig(**item.config)
+    opts = dict(item.backend_options)
+    backend = _cached(("opis-backend", item.backend, item.backend_path, item.device, json.dumps(opts, sort_keys=True, default=str)),
+                      lambda: load_backend(item.backend, item.device, module_path=item.backend_path, **opts))
+    res.backend_versions = {"name": backend.name, **backend.versions}
+    judge = None
+    if item.judge:
+        judge = _cached(("opis-judge", json.dumps(item.judge, sort_keys=True, default=str)), lambda: _judge_client(item.judge))
+    res.checks = checks(backend, judge)
+    out = evaluate_rollout(case, video, item.model, backend, config, judge=judge)
+    res.rows, res.frames, res.timings = out.rows, out.frames, out.timings
+
+
+def run_item(item: EvalItem) -> ItemResult:
+    """Evaluate one (model, case) in a worker; every failure becomes a structured error, never an exception."""
+    from worldeval.media import MediaError
+    from worldeval.opis.perception.structure import ClaimJudgeError
+
+    res = ItemResult(model=item.model, case_id=item.case_id)
+    video = Path(item.video)
+    try:
+        case = load_case(item.case_dir)
+        res.case_id = case.id
+        if not video.exists():
+            res.error = _error(video, "rollout", f"no rollout video for case {case.id} (expected {video.name})", "MissingRollout")
+            return res
+        _measure(item, res, case, video)
+    except CaseError as exc:
+        res.error = _error(exc.file, exc.field, exc.reason, "CaseError")
+    except MediaError as exc:
+        res.error = _error(exc.path, "video", exc.reason, "MediaError")
+    except ClaimJudgeError as exc:
+        res.error = _error(video, exc.field, exc.reason, "JudgeError")
+    except Exception as exc:  # an evaluator bug on one item must not stop the run
+        import traceback
+
+        res.error = _error(video, "evaluation", f"{type(exc).__name__}: {exc}", type(exc).__name__)
+        res.error["traceback"] = traceback.format_exc(limit=8)
+    return res
+
+
+# ----------------------------------------------------------------------------- a whole run
+
+
+def _judge_fields(judge) -> tuple[dict | None, dict | None]:
+    """(full judge fields for the workers, public fields for the manifest: no key, only whether one is set)."""
+    if judge is None:
+        return None, None
+    if isinstance(judge, dict):
+        full = dict(judge)
+    else:
+        from dataclasses import asdict
+
+        full = asdict(judge)
+    public = {k: v for k, v in full.items() if k != "api_key"}
+    public["api_key_set"] = bool(full.get("api_key"))
+    return full, public
+
+
+@dataclass
+class _Run:
+    """The driver's side of one run: folder, hashed config, manifest and what came back so far."""
+
+    run_dir: Path
+    model: str
+    backend: str
+    chash: str
+    manifest: dict
+    totals: dict = field(default_factory=lambda: {k: 0.0 for k in STAGES})
+    errors: list = field(default_factory=list)
+    done: list = field(default_factory=list)
+    versions: dict = field(default_factory=dict)
+    checks: dict = field(default_factory=dict)
+
+    def on_result(self, item: EvalItem, result) -> None:
+        from worldeval import runs
+
+        if not isinstance(result, ItemResult):  # the executor reports a crashed or raising worker as an exception
+            err = _error(getattr(result, "file", None) or item.video, getattr(result, "field", None) or "worker",
+                         getattr(result, "message", None) or str(result), getattr(result, "kind", type(result).__name__))
+            result = ItemResult(model=item.model, case_id=item.case_id, error=err)
+        cid = item.case_id
+        if result.ok:
+            self._keep(cid, result)
+        else:
+            # a failed item leaves no stale measurements behind
+            for p in (self.run_dir / "parts" / self.model / f"{cid}.parquet", self.run_dir / "frames" / self.model / f"{cid}.json"):
+                p.unlink(missing_ok=True)
+            runs.write_status(self.run_dir, self.model, cid, "failed", error=result.error, config_hash=self.chash,
+                              timings=result.timings)
+            self.errors.append({"case_id": cid, **{k: v for k, v in result.error.items() if k != "traceback"}})
+        for k, v in result.timings.items():
+            self.totals[k] = self.totals.get(k, 0.0) + float(v)
+
+    def _keep(self, cid: str, result: ItemResult) -> None:
+        from worldeval import runs
+        from worldeval.opis.archive import write_case_part
+
+        t0 = time.perf_counter()
+        write_case_part(self.run_dir, self.model, cid, result.rows)
+        runs.atomic_write_json(self.run_dir / "frames" / self.model / f"{cid}.json", result.frames)
+        result.timings["writing"] = result.timings.get("writing", 0.0) + time.perf_counter() - t0
+        runs.write_status(self.run_dir, self.model, cid, "done", config_hash=self.chash, timings=result.timings,
+                          frames=len(result.frames["frames"]))
+        self.done.append(cid)
+        if result.backend_versions:
+            self.versions[self.backend] = result.backend_versions
+        if result.checks:
+            self.checks = dict(result.checks)
+
+
+def _start(dataset: Path, rollouts: Path, run_dir: Path, model: str, backend, device, workers, executor, force,
+           judge_public, config: EvalConfig, backend_options: dict) -> tuple[_Run, str]:
+    """Check resume and write the run's first manifest; returns the run and the dataset fingerprint."""
+    from worldeval import runs
+
+    # the model is not part of the hashed config: several models share one run folder
+    run_config = {
+        "backend": backend.given,
+        "backend_options": backend_options,
+        "eval": config.model_dump(),
+        "judge": {k: v for k, v in (judge_public or {}).items() if k in ("model", "base_url")} or None,
+    }
+    chash = runs.config_hash(run_config)
+    fingerprint = runs.fingerprint_dir(dataset)
+    old = runs.check_resume(run_dir, config_hash=chash, dataset_fingerprint=fingerprint, force=force) or {}
+    manifest = runs.base_manifest(
+        "opis eval",
+        {**run_config, "model": model, "dataset": str(dataset.resolve()), "rollouts": str(rollouts.resolve()), "device": device,
+         "workers": workers, "executor": executor, "judge": judge_public},
+        old.get("backends", {}),
+    )
+    manifest.update(config_hash=chash, dataset_fingerprint=fingerprint, dataset=str(dataset.resolve()),
+                    rollouts=str(rollouts.resolve()), models=sorted(set(old.get("models", [])) | {model}),
+                    backend=backend.manifest(), checks=old.get("checks", {}))  # fmt: skip
+    runs.atomic_write_json(run_dir / "manifest.json", manifest)
+    run = _Run(run_dir, model, backend.given, chash, manifest, versions=dict(manifest.get("backends") or {}),
+               checks=dict(manifest["checks"]))
+    return run, fingerprint
+
+
+def run_eval(
+    dataset: str | Path,
+    rollouts: str | Path,
+    model: str,
+    out: str | Path,
+    backend: str = "classical",
+    device: str = "cpu",
+    workers: int = 1,
+    executor: str = "local",
+    address: str | None = None,
+    force: bool = False,
+    judge=None,
+    config: EvalConfig | dict | None = None,
+    backend_options: dict | None = None,
+    progress: Any = None,
+) -> dict:
+    """Evaluate every case of `dataset` against `<rollouts>/<case_id>.mp4`; returns a summary dict."""
+    from worldeval import runs
+    from worldeval.executor import default_resources, run_items
+    from worldeval.opis.archive import consolidate
+    from worldeval.opis.backends.registry import resolve
+    from worldeval.opis.case import iter_case_dirs
+
+    t_start = time.time()
+    dataset, rollouts, run_dir = Path(dataset), Path(rollouts), Path(out)
+    config = EvalConfig(**config) if isinstance(config, dict) else (config or EvalConfig())
+    backend_options = dict(backend_options or {})
+    spec = resolve(backend)
+    judge_dict, judge_public = _judge_fields(judge)
+    case_dirs = iter_case_dirs(dataset)
+    run, _ = _start(dataset, rollouts, run_dir, model, spec, device, workers, executor, force, judge_public, config,
+                    backend_options)
+    items, skipped = [], []
+    for cd in case_dirs:
+        if runs.is_done(run_dir, model, cd.name, run.chash):
+            skipped.append(cd.name)
+            continue
+        items.append(EvalItem(
+            case_dir=str(cd), video=str(find_rollout(rollouts, cd.name)), model=model, backend=spec.given,
+            backend_options=backend_options, device=device, config=config.model_dump(), judge=judge_dict, backend_path=spec.path,
+        ))  # fmt: skip
+    if items and workers == 0 and executor == "local":
+        for it in items:
+            run.on_result(it, run_item(it))
+    elif items:
+        run_items(run_item, items, workers=workers, executor=executor, address=address, on_result=run.on_result,
+                  progress=progress, resources=default_resources(spec.given, device))
+    consolidate(run_dir)
+    manifest = run.manifest
+    manifest["backends"], manifest["checks"] = run.versions, run.checks
+    manifest["timings"] = {"wall_s": round(time.time() - t_start, 3), "stages_s": {k: round(v, 3) for k, v in run.totals.items()}}
+    manifest["summary"] = {"done": len(run.done), "failed": len(run.errors), "skipped": len(skipped), "cases": len(case_dirs)}
+    runs.atomic_write_json(run_dir / "manifest.json", manifest)
+    return {"run_dir": str(run_dir), "model": model, "cases": len(case_dirs), "done": run.done, "skipped": skipped,
+            "failed": run.errors, "timings": manifest["timings"]}  # fmt: skip
