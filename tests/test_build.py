@@ -233,7 +233,13 @@ def test_threads_give_the_same_cases(tmp_path):
 
 
 def test_box_formats_of_other_vlms():
+    from worldeval.opis.build import BuildError
     from worldeval.opis.build_vlm import pixel_box
+
+    with pytest.raises(BuildError, match="--box-format"):
+        BuildConfig(box_format="center-wh").check()
+    with pytest.raises(BuildError, match="--backend.*nope"):
+        BuildConfig(backend="nope").check()
 
     # a 200 x 100 image; the same box [x=20, y=10, w=60, h=40] written four ways
     assert pixel_box([20, 10, 60, 40], "xywh", 200, 100) == [20, 10, 60, 40]
