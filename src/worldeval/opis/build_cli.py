@@ -76,7 +76,7 @@ def _config(backend, backend_option, device, vocabulary, min_objects, rounds, de
 def _build(
     images: Optional[Path] = typer.Argument(None, help="Folder of images (or of <id>/image.jpg folders), or a list file."),
     out: Path = typer.Option(..., "--out", help="Dataset folder to write (one case folder per accepted image)."),
-    backend: str = typer.Option("classical", "--backend", help="classical (GrabCut from VLM boxes) or hf (SAM 3 rounds)."),
+    backend: str = typer.Option("classical", "--backend", help="classical (GrabCut from VLM boxes), hf (SAM 3 rounds) or any registered backend / module:builder."),
     backend_option: List[str] = typer.Option([], "--backend-option", help="hf backend KEY=VALUE (sam3=DIR, dinov3=DIR, depth=DIR, ...)."),
     vocabulary: Optional[Path] = typer.Option(None, "--vocabulary", help="The source's own noun phrases (a line each, or a JSON list)."),
     review: bool = typer.Option(False, "--review", help="Write review/<case>.html (masks, crops, phrases, task) per case."),
