@@ -53,10 +53,6 @@ def test_davis_rider_or_bike_found_where_the_davis_mask_is(clips, backend):
     rows = res.rows
     # rider and bike are dynamic: unmatched means unknown, never a confirmed miss
     assert set(rows.loc[~rows.matched & ~rows.extra, "visibility"]) <= {"unknown"}
-    # the default backend's MediaPipe pose measures eq. 5 on the rider (a person) in some frames
-    # (2 of the 6 matched frames when this was written: 48 and 72)
-    rider = rows[(rows.instance_id == "rider") & rows.matched]
-    assert backend.pose is None or (rider.structure_source == "pose").sum() >= 1 and rider.structure[rider.structure_source == "pose"].between(0, 1).all()
     # every frame record says which support the camera used; the fast pan leaves too few background matches
     assert all(f["camera"]["support"] == "background" for f in res.frames["frames"])
 
