@@ -24,6 +24,7 @@ builds (or the models folder): a path that does not exist fails at once, named.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -209,8 +210,10 @@ def check_end_to_end(models: dict[str, str], work: Path, device: str, dtype: str
         x, y, w, h = _box(rider == label)
         objs += ["--object", f"{phrase}:{x:.0f},{y:.0f},{w:.0f},{h:.0f}"]
     dataset, case = work / "dataset", work / "dataset" / "bmx_0001"
+    t_annotate = time.perf_counter()
     code = _cli(["opis", "annotate", str(DATA / "frames" / "00000.jpg"), "--out", str(case), *objs, "--backend", "hf",
                  "--depth", "model", "--device", device, "--camera", "pan-left-return", "--quiet"])  # fmt: skip
+    t_annotate = time.perf_counter() - t_annotate
     _check(code == 0 and (case / "case.json").exists(), "annotate", str(case), f"opis annotate --backend hf exit {code}")
     spec = json.loads((case / "case.json").read_text())
     _check(len(spec["instances"]) >= 1, "annotate", str(case / "case.json"), "no instance annotated")
@@ -238,7 +241,7 @@ def check_end_to_end(models: dict[str, str], work: Path, device: str, dtype: str
     sampled = len(json.loads((run / "frames" / "check" / "bmx_0001.json").read_text())["frames"])
     stages = manifest["timings"]["stages_s"]
     measured = sum(v for k, v in stages.items() if k != "writing")
-    out = {"frames_in_clip": n, "sampled_frames": sampled, "wall_s": round(wall, 2),
+    out = {"annotate_s": round(t_annotate, 2), "frames_in_clip": n, "sampled_frames": sampled, "wall_s": round(wall, 2),
            "sampled_frames_per_s_wall": round(sampled / wall, 3),
            "sampled_frames_per_s_measuring": round(sampled / max(measured, 1e-9), 3), "stages_s": stages,
            "instances": len(spec["instances"]), "annotation_geometry": spec["annotation"]["geometry"],
@@ -279,17 +282,20 @@ def main(argv=None) -> int:
     report: dict = {"mode": "tiny" if args.tiny else "random-full" if args.random_full else "checkpoints",
                     "device": device, "dtype": args.dtype or "float32", "work": str(work)}  # fmt: skip
     try:
+        t0 = time.perf_counter()
         models = resolve_models(args, work)
-        report["models"] = models
-        for line in check_loading(models, device, args.dtype):
-            print(line, flush=True)
-        from worldeval.opis.backends.hf import build_hf_backend
+        report["models"], report["models_ready_s"] = models, round(time.perf_counter() - t0, 1)
+        if not args.random_full:  # random full-size weights: speed and memory only, measured end to end
+            for line in check_loading(models, device, args.dtype):
+                print(line, flush=True)
+            from worldeval.opis.backends.hf import build_hf_backend
 
-        backend = build_hf_backend(device, models_dir=str(Path(models["sam3"]).parent), dtype=args.dtype)
-        report["shapes"] = check_shapes(backend, models)
-        if not (args.tiny or args.random_full):
-            report["quality"] = check_quality(backend, models)
-        del backend
+            backend = build_hf_backend(device, models_dir=str(Path(models["sam3"]).parent), dtype=args.dtype)
+            report["shapes"] = check_shapes(backend, models)
+            if not args.tiny:
+                report["quality"] = check_quality(backend, models)
+            del backend
+            gc.collect()
         report["end_to_end"] = check_end_to_end(models, work, device, args.dtype, args.frames, args.batch_size)
     except CheckFailed as exc:
         report["failed"] = {"piece": exc.piece, "path": exc.path, "reason": exc.reason}

@@ -173,6 +173,9 @@ def test_labels_from_the_vlm_and_overrides(tmp_path):
     labels = sorted((i.category, i.kinematics, i.track) for i in case.instances)
     assert labels == [("cell phone", "rigid", "dynamic"), ("laptop", "articulated", "static"),
                       ("laptop", "articulated", "static")]
+    rec = next(r for r in read_jsonl(out / "build_log.jsonl") if r.get("step") == "labels")
+    assert rec["concepts"] == [{"concept": "laptop", "kinematics": "articulated", "track": "static", "source": "override"},
+                               {"concept": "cell phone", "kinematics": "rigid", "track": "dynamic", "source": "vlm"}]
 
 
 def test_bad_input_is_named_and_the_run_goes_on_and_resumes(tmp_path):

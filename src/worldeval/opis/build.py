@@ -195,6 +195,36 @@ def _labels(concept: str, proposals: list, cfg: BuildConfig) -> tuple[str, str, 
     return kin, track, source
 
 
+def _proposed(objects: list, vocab: list[str] | None, concept_queries: bool) -> list[str]:
+    """The phrases to clean: the VLM's, within the source vocabulary when there is one; concept
+    queries (which need no box) also ask for vocabulary phrases the VLM did not name."""
+    proposed = list(dict.fromkeys(o.phrase for o in objects))
+    if not vocab:
+        return proposed
+    allowed = {normalize(v) for v in vocab}
+    named = {normalize(p) for p in proposed}
+    return [p for p in proposed if normalize(p) in allowed] + \
+        ([v for v in vocab if normalize(v) not in named] if concept_queries else [])
+
+
+def _by_concept(objects: list, mapping: dict) -> dict[str, list]:
+    by: dict[str, list] = {}
+    for o in objects:
+        if mapping.get(o.phrase):
+            by.setdefault(mapping[o.phrase], []).append(o)
+    return by
+
+
+def _label_record(concepts: list[str], objects: list, mapping: dict, cfg: BuildConfig) -> list[dict]:
+    """Per concept: the majority kinematics and track, and whether they came from the VLM, an override or the default."""
+    by = _by_concept(objects, mapping)
+    out = []
+    for c in concepts:
+        kin, track, source = _labels(c, by.get(c, []), cfg)
+        out.append({"concept": c, "kinematics": kin, "track": track, "source": source})
+    return out
+
+
 def _prompts(objects: list, mapping: dict[str, str | None], cfg: BuildConfig) -> list[ObjectPrompt]:
     prompts = []
     for o in objects:
@@ -214,10 +244,7 @@ def _segment(image: np.ndarray, prompts: list[ObjectPrompt], concepts: list[str]
             prompts=len(prompts), masks=len(cands), failures=failures)
         return cands, failures
     found, rounds = concept_rounds(backend.segmenter, image, concepts, cfg.rounds, cfg.dedup_iou)
-    by_concept: dict[str, list] = {}
-    for o in objects:
-        if mapping.get(o.phrase):
-            by_concept.setdefault(mapping[o.phrase], []).append(o)
+    by_concept = _by_concept(objects, mapping)
     cands = []
     for concept, mask, score, r in found:
         kin, track, _ = _labels(concept, by_concept.get(concept, []), cfg)
@@ -269,12 +296,7 @@ def build_one(src: SourceImage, out: Path, cfg: BuildConfig, client: Any, backen
         vocabulary=vocab, request_hash=shot.request_hash)
     if not shot.suitable:
         return _reject(log, f"screening: {shot.reason or 'not enough distinguishable objects'}")
-    proposed = list(dict.fromkeys(o.phrase for o in shot.objects))
-    if vocab:
-        allowed = {normalize(v) for v in vocab}
-        proposed = [p for p in proposed if normalize(p) in allowed] + \
-            ([v for v in vocab if normalize(v) not in {normalize(p) for p in proposed}] if backend is not None else [])
-    concepts, decisions = clean_phrases(proposed)
+    concepts, decisions = clean_phrases(_proposed(shot.objects, vocab, backend is not None))
     mapping = concept_map(decisions)
     records = [d.record() for d in decisions]
     if cfg.vlm_clean and concepts:
@@ -282,6 +304,7 @@ def build_one(src: SourceImage, out: Path, cfg: BuildConfig, client: Any, backen
         mapping = {p: (target.get(c) if c is not None else None) for p, c in mapping.items()}
         records += extra
     log("phrases", concepts=concepts, decisions=records)
+    log("labels", concepts=_label_record(concepts, shot.objects, mapping, cfg))
     prompts = _prompts(shot.objects, mapping, cfg)
     n_objects = len(prompts) if backend is None else len(concepts)
     if backend is None and n_objects < cfg.min_objects:

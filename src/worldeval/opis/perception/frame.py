@@ -118,8 +118,11 @@ def embed(st: FrameState, backend: Backend) -> None:
 
 
 def measure_frame(bank: ReferenceBank, frame: np.ndarray, backend: Backend, config: EvalConfig, judge=None,
-                  index: int = 0, timer=None) -> FrameResult:
-    """Measure one frame: the stages in order (`timer(stage)` is a context manager summing seconds)."""
+                  index: int = 0, timer=None, observations: list | None = None) -> FrameResult:
+    """Measure one frame: the stages in order (`timer(stage)` is a context manager summing seconds).
+
+    `observations`: the segmenter's observations of this frame when already made in a batch of frames.
+    """
     from worldeval.opis.perception.extras import confirm_extras
     from worldeval.opis.perception.identity import associate_observations, identify
     from worldeval.opis.perception.structure import measure_structure
@@ -127,7 +130,10 @@ def measure_frame(bank: ReferenceBank, frame: np.ndarray, backend: Backend, conf
     timer = timer or (lambda stage: nullcontext())
     st = FrameState(bank=bank, frame=frame, index=index)
     with timer("observation"):
-        observe(st, backend)
+        if observations is None:
+            observe(st, backend)
+        else:
+            st.obs = list(observations)
     with timer("camera"):
         camera(st, backend, config)
         project(st, backend, config)
