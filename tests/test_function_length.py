@@ -7,13 +7,7 @@ from pathlib import Path
 
 OPIS = Path(__file__).resolve().parents[1] / "src" / "worldeval" / "opis"
 MAX_LINES = 80
-# Command registrations and a model-config table still over the limit, named so none is added silently.
-KNOWN = {
-    ("backends/hf_tiny.py", "build_tiny_models"),
-    ("cli_annotate.py", "_annotate"),
-    ("cli_audit.py", "register"),
-    ("cli_validate.py", "register"),
-}
+KNOWN: set[tuple[str, str]] = set()  # (file, function) allowed over the limit, named so none is added silently
 
 
 def long_functions(root: Path = OPIS, limit: int = MAX_LINES) -> list[tuple[str, str, int]]:
