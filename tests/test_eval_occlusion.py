@@ -117,6 +117,7 @@ def _by_id(res):
     return {r["instance_id"]: r for r in res.rows if not r["extra"]}, {o["instance_id"]: o for o in res.objects}
 
 
+@pytest.mark.slow  # loads the classical backend (EfficientNet) once for the three
 def test_static_object_covered_by_a_moving_object_is_occluded_not_missing(backend):
     img = _noise((H, W), 0)
     img[A] = _noise((60, 60), 11, blur=0.8, red=True)
@@ -138,6 +139,7 @@ def test_static_object_covered_by_a_moving_object_is_occluded_not_missing(backen
     assert objs["a"]["status"] == "missing"
 
 
+@pytest.mark.slow  # loads the classical backend (EfficientNet) once for the three
 def test_untextured_background_gives_an_unreliable_camera_and_unknown_never_missing(backend):
     img = np.full((H, W, 3), 128, np.uint8)  # no keypoint outside the objects
     B = (slice(40, 100), slice(120, 180))
@@ -154,6 +156,7 @@ def test_untextured_background_gives_an_unreliable_camera_and_unknown_never_miss
     assert not rows["a"]["matched"]
 
 
+@pytest.mark.slow  # loads the classical backend (EfficientNet) once for the three
 def test_faithful_frame_records_the_background_camera_and_static_flat_structure(backend):
     from worldeval.opis.archive import validate_archive
     from worldeval.opis.evaluate import _rows_frame
