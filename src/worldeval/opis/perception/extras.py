@@ -6,9 +6,10 @@ reference instance that is not accounted for (occluded, out of view, unknown),
 to a matched observation, or to the projected place of a static instance.
 Two routes:
 
-* the segmenter's unmatched observations: its own detections (route `open`, e.g.
-  the hf backend's segments) count whatever they look like; finds of a search for
-  an instance must look like an object (resemble an inventory object at least
+* the segmenter's unmatched observations: its own detections for an inventory
+  phrase (route `open` with a category, e.g. the hf backend's SAM 3 segments) count
+  whatever they look like; finds of a search for an instance (and phrase-less
+  segments) must look like an object (resemble an inventory object at least
   `extra_min_similarity`, and nearly as much as that object's own match when it
   has one: a second copy), or be a strong find;
 * new content (`changes.py`): compact regions where the frame differs from I0
@@ -119,10 +120,12 @@ def search_extras(st, seen, config) -> None:
             continue
         i_best = int(np.nanargmax(col))
         conf = float(col[i_best])
-        # a segmenter's own detection is an object whatever it looks like (SPEC section 3); a search
-        # find is one only if it looks like an inventory object
-        strong = o.route == ROUTE_OPEN or strong_find(o, config)
-        if o.route != ROUTE_OPEN and conf < config.extra_min_similarity:
+        # a segmenter's own detection for an inventory phrase is an object whatever it looks like
+        # (SPEC section 3); a search find, or a phrase-less segment (SAM 2's point grid segments
+        # the background too), is one only if it looks like an inventory object
+        own = o.route == ROUTE_OPEN and o.category is not None
+        strong = own or strong_find(o, config)
+        if not own and conf < config.extra_min_similarity:
             continue
         # a weak find counts only as a second copy of an object matched elsewhere in the frame
         if not strong and (st.appearance[i_best] is None or conf < st.appearance[i_best] - config.extra_margin):
