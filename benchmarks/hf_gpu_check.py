@@ -5,7 +5,7 @@
     # tiny random models built on the spot, on CPU (shapes and plumbing only; CI runs this):
     python benchmarks/hf_gpu_check.py --tiny
     # full-size architectures with random weights (speed and memory only, no checkpoint needed):
-    python benchmarks/hf_gpu_check.py --random-full --device cuda --frames 200
+    python benchmarks/hf_gpu_check.py --random-full --device cuda --dtype bfloat16 --frames 2000 --batch-size 8
 
 Checks, in order (on ../shared/data/davis_bmx_trees):
 1. every piece loads offline and runs once (load time, run time, peak memory);
@@ -211,21 +211,24 @@ def check_end_to_end(models: dict[str, str], work: Path, device: str, dtype: str
         objs += ["--object", f"{phrase}:{x:.0f},{y:.0f},{w:.0f},{h:.0f}"]
     dataset, case = work / "dataset", work / "dataset" / "bmx_0001"
     t_annotate = time.perf_counter()
+    hf_opts = ["--backend-option", f"models_dir={Path(models['sam3']).parent}"]
+    if dtype:
+        hf_opts += ["--backend-option", f"dtype={dtype}"]
     code = _cli(["opis", "annotate", str(DATA / "frames" / "00000.jpg"), "--out", str(case), *objs, "--backend", "hf",
-                 "--depth", "model", "--device", device, "--camera", "pan-left-return", "--quiet"])  # fmt: skip
+                 "--depth", "model", "--device", device, "--camera", "pan-left-return", "--quiet", *hf_opts])  # fmt: skip
     t_annotate = time.perf_counter() - t_annotate
     _check(code == 0 and (case / "case.json").exists(), "annotate", str(case), f"opis annotate --backend hf exit {code}")
     spec = json.loads((case / "case.json").read_text())
     _check(len(spec["instances"]) >= 1, "annotate", str(case / "case.json"), "no instance annotated")
     geo = spec["annotation"]["geometry"]
     _check(geo.startswith("model:"), "depth", models["depth"], f"opis annotate --depth model fell back to {geo!r}")
-    n = min(frames, len(list((DATA / "frames").glob("*.jpg"))))
+    n, clip = frames, len(list((DATA / "frames").glob("*.jpg")))
+    # longer than the clip: it plays forwards and backwards (a long rollout for a throughput figure)
+    bounce = [k % (2 * clip - 2) for k in range(n)]
     rollouts = work / "rollouts"
-    write_video(rollouts / "bmx_0001.mp4", [_frame(k) for k in range(n)], fps=24)
+    write_video(rollouts / "bmx_0001.mp4", (_frame(k if k < clip else 2 * clip - 2 - k) for k in bounce), fps=24)
     run = work / "run"
-    opts = ["--backend-option", f"models_dir={Path(models['sam3']).parent}"]
-    if dtype:
-        opts += ["--backend-option", f"dtype={dtype}"]
+    opts = list(hf_opts)
     if batch_size:
         opts += ["--batch-size", str(batch_size)]
     if device.startswith("cuda"):
@@ -264,7 +267,8 @@ def parse(argv):
     ap.add_argument("--models-dir", default=None, help="models folder (default: WORLDEVAL_MODELS_DIR or ~/.cache/worldeval/models)")
     ap.add_argument("--device", default=None, help="cuda (default) or cpu (default with --tiny)")
     ap.add_argument("--dtype", default=None, help="float32 (default), bfloat16 or float16")
-    ap.add_argument("--frames", type=int, default=80, help="frames of the clip to evaluate (24 fps: sampled from frame 24, every 8th)")
+    ap.add_argument("--frames", type=int, default=80, help="rollout length in frames (24 fps: sampled from frame 24, every 8th); "
+                    "beyond the clip's 80 it plays back and forth")
     ap.add_argument("--batch-size", type=int, default=None, help="frames per segmenter/embedder batch in opis eval")
     ap.add_argument("--work", default=None, help="working folder (default: a temporary one)")
     ap.add_argument("--json", default=None, help="write the report here")

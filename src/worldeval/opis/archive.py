@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 
 VISIBILITY = ("expected_visible", "occluded", "out_of_view", "too_small", "unknown")
 TRACKS = ("static", "dynamic")
-STRUCTURE_SOURCES = ("static", "pose", "claims")
+STRUCTURE_SOURCES = ("static", "static_flat", "pose", "claims")
 
 SCHEMA = pa.schema(
     [

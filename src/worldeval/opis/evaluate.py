@@ -200,7 +200,7 @@ def evaluate_rollout(
             r["frame"] = int(fidx)
             r["time_s"] = float(t_s)
         rows.extend(res.rows)
-        frame_records.append({"frame": int(fidx), "time_s": float(t_s), "objects": res.objects})
+        frame_records.append({"frame": int(fidx), "time_s": float(t_s), "camera": res.camera, "objects": res.objects})
         if keep_masks:
             masks.update({(int(fidx), iid): m for iid, m in res.masks.items()})
     common = {
