@@ -42,7 +42,7 @@ def photo_part(args, out: Path, log) -> tuple[list, dict]:
     df = read_archive(sorted(result["run_dirs"].values()))
     figs = vf.photo_recoloured(df, records)
     figs.append(vf.photo_removed(df, records))
-    figs.append(vf.pass_rate_figures("photos: pasted object yields extras;", {"pasted": result["pass_rates"]["pasted"]})[0])
+    figs.append(vf.photo_pasted(result))
     figs.append(vf.extras_per_frame(df, "faithful", "photos: extras per frame on faithful rollouts"))
     figs += vf.pass_rate_figures("photos:", result["pass_rates"])
     return figs, result

@@ -5,7 +5,7 @@
     # tiny random models built on the spot, on CPU (shapes and plumbing only; CI runs this):
     python benchmarks/hf_gpu_check.py --tiny
     # full-size architectures with random weights (speed and memory only, no checkpoint needed):
-    python benchmarks/hf_gpu_check.py --random-full --device cuda --frames 200
+    python benchmarks/hf_gpu_check.py --random-full --device cuda --dtype bfloat16 --frames 2000 --batch-size 8
 
 Checks, in order (on ../shared/data/davis_bmx_trees):
 1. every piece loads offline and runs once (load time, run time, peak memory);
@@ -24,6 +24,7 @@ builds (or the models folder): a path that does not exist fails at once, named.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -209,20 +210,25 @@ def check_end_to_end(models: dict[str, str], work: Path, device: str, dtype: str
         x, y, w, h = _box(rider == label)
         objs += ["--object", f"{phrase}:{x:.0f},{y:.0f},{w:.0f},{h:.0f}"]
     dataset, case = work / "dataset", work / "dataset" / "bmx_0001"
+    t_annotate = time.perf_counter()
+    hf_opts = ["--backend-option", f"models_dir={Path(models['sam3']).parent}"]
+    if dtype:
+        hf_opts += ["--backend-option", f"dtype={dtype}"]
     code = _cli(["opis", "annotate", str(DATA / "frames" / "00000.jpg"), "--out", str(case), *objs, "--backend", "hf",
-                 "--depth", "model", "--device", device, "--camera", "pan-left-return", "--quiet"])  # fmt: skip
+                 "--depth", "model", "--device", device, "--camera", "pan-left-return", "--quiet", *hf_opts])  # fmt: skip
+    t_annotate = time.perf_counter() - t_annotate
     _check(code == 0 and (case / "case.json").exists(), "annotate", str(case), f"opis annotate --backend hf exit {code}")
     spec = json.loads((case / "case.json").read_text())
     _check(len(spec["instances"]) >= 1, "annotate", str(case / "case.json"), "no instance annotated")
     geo = spec["annotation"]["geometry"]
     _check(geo.startswith("model:"), "depth", models["depth"], f"opis annotate --depth model fell back to {geo!r}")
-    n = min(frames, len(list((DATA / "frames").glob("*.jpg"))))
+    n, clip = frames, len(list((DATA / "frames").glob("*.jpg")))
+    # longer than the clip: it plays forwards and backwards (a long rollout for a throughput figure)
+    bounce = [k % (2 * clip - 2) for k in range(n)]
     rollouts = work / "rollouts"
-    write_video(rollouts / "bmx_0001.mp4", [_frame(k) for k in range(n)], fps=24)
+    write_video(rollouts / "bmx_0001.mp4", (_frame(k if k < clip else 2 * clip - 2 - k) for k in bounce), fps=24)
     run = work / "run"
-    opts = ["--backend-option", f"models_dir={Path(models['sam3']).parent}"]
-    if dtype:
-        opts += ["--backend-option", f"dtype={dtype}"]
+    opts = list(hf_opts)
     if batch_size:
         opts += ["--batch-size", str(batch_size)]
     if device.startswith("cuda"):
@@ -238,7 +244,7 @@ def check_end_to_end(models: dict[str, str], work: Path, device: str, dtype: str
     sampled = len(json.loads((run / "frames" / "check" / "bmx_0001.json").read_text())["frames"])
     stages = manifest["timings"]["stages_s"]
     measured = sum(v for k, v in stages.items() if k != "writing")
-    out = {"frames_in_clip": n, "sampled_frames": sampled, "wall_s": round(wall, 2),
+    out = {"annotate_s": round(t_annotate, 2), "frames_in_clip": n, "sampled_frames": sampled, "wall_s": round(wall, 2),
            "sampled_frames_per_s_wall": round(sampled / wall, 3),
            "sampled_frames_per_s_measuring": round(sampled / max(measured, 1e-9), 3), "stages_s": stages,
            "instances": len(spec["instances"]), "annotation_geometry": spec["annotation"]["geometry"],
@@ -261,7 +267,8 @@ def parse(argv):
     ap.add_argument("--models-dir", default=None, help="models folder (default: WORLDEVAL_MODELS_DIR or ~/.cache/worldeval/models)")
     ap.add_argument("--device", default=None, help="cuda (default) or cpu (default with --tiny)")
     ap.add_argument("--dtype", default=None, help="float32 (default), bfloat16 or float16")
-    ap.add_argument("--frames", type=int, default=80, help="frames of the clip to evaluate (24 fps: sampled from frame 24, every 8th)")
+    ap.add_argument("--frames", type=int, default=80, help="rollout length in frames (24 fps: sampled from frame 24, every 8th); "
+                    "beyond the clip's 80 it plays back and forth")
     ap.add_argument("--batch-size", type=int, default=None, help="frames per segmenter/embedder batch in opis eval")
     ap.add_argument("--work", default=None, help="working folder (default: a temporary one)")
     ap.add_argument("--json", default=None, help="write the report here")
@@ -279,17 +286,20 @@ def main(argv=None) -> int:
     report: dict = {"mode": "tiny" if args.tiny else "random-full" if args.random_full else "checkpoints",
                     "device": device, "dtype": args.dtype or "float32", "work": str(work)}  # fmt: skip
     try:
+        t0 = time.perf_counter()
         models = resolve_models(args, work)
-        report["models"] = models
-        for line in check_loading(models, device, args.dtype):
-            print(line, flush=True)
-        from worldeval.opis.backends.hf import build_hf_backend
+        report["models"], report["models_ready_s"] = models, round(time.perf_counter() - t0, 1)
+        if not args.random_full:  # random full-size weights: speed and memory only, measured end to end
+            for line in check_loading(models, device, args.dtype):
+                print(line, flush=True)
+            from worldeval.opis.backends.hf import build_hf_backend
 
-        backend = build_hf_backend(device, models_dir=str(Path(models["sam3"]).parent), dtype=args.dtype)
-        report["shapes"] = check_shapes(backend, models)
-        if not (args.tiny or args.random_full):
-            report["quality"] = check_quality(backend, models)
-        del backend
+            backend = build_hf_backend(device, models_dir=str(Path(models["sam3"]).parent), dtype=args.dtype)
+            report["shapes"] = check_shapes(backend, models)
+            if not args.tiny:
+                report["quality"] = check_quality(backend, models)
+            del backend
+            gc.collect()
         report["end_to_end"] = check_end_to_end(models, work, device, args.dtype, args.frames, args.batch_size)
     except CheckFailed as exc:
         report["failed"] = {"piece": exc.piece, "path": exc.path, "reason": exc.reason}

@@ -234,3 +234,20 @@ def test_layout_discovery_and_label_reading(tmp_path):
     Image.new("RGB", (4, 4)).save(rgb)
     with pytest.raises(GTError, match="palette or grey"):
         read_labels(rgb)
+
+
+def test_sparse_masks_give_the_real_video_only(tmp_path):
+    """Masks on some frames only (as YouTube-VOS annotates): no interventions, and no association or
+    visibility decision where a sampled frame has no mask."""
+    from worldeval.opis.audit import AuditConfig, run_audit
+
+    relayout(tmp_path / "gt", "blackswan", "A", frames=range(0, 40, 2))
+    for k in (1, 2, 3, 8, 9):
+        (tmp_path / "gt" / "blackswan" / "masks" / f"{k:05d}.png").unlink()
+    res = run_audit(tmp_path / "gt", tmp_path / "out", AuditConfig(fps=8, workers=0), log=lambda m: None)
+    v = res["variants"]["blackswan"]
+    assert v["written"] == ["real"] and set(v["skipped"]) == {"recoloured", "removed", "pasted"}
+    assert "masks for 15 of 20 frames" in v["skipped"]["removed"]
+    rows = _rows(tmp_path / "out" / "decisions.csv")
+    assert [(r["frame"], r["gt_area"] != "") for r in rows] == [("8", False), ("16", True)]
+    assert res["checks"]["association"]["n"] == res["checks"]["visibility"]["n"] == 1

@@ -62,13 +62,16 @@ def screening(objects, suitable=True, moves=None) -> dict:
 class ScriptedVLM:
     """Answers the screening request from the image it is shown (matched by pixels), the task request with TASK."""
 
-    def __init__(self, answers: dict[bytes, dict | str], task=TASK):
+    def __init__(self, answers: dict[bytes, dict | str], task=TASK, clean=None):
         self.answers = answers  # image bytes (as the client encodes them) -> screening answer
         self.task = task
+        self.clean = clean
 
     def __call__(self, request):
         if "TASK SPECIFICATION" in request.text:
             return self.task
+        if "PHRASE CLEANING" in request.text:
+            return self.clean
         arr = np.asarray(Image.open(io.BytesIO(request.images[0].data)).convert("RGB"))
         return self.answers[arr.tobytes()]
 
@@ -170,6 +173,9 @@ def test_labels_from_the_vlm_and_overrides(tmp_path):
     labels = sorted((i.category, i.kinematics, i.track) for i in case.instances)
     assert labels == [("cell phone", "rigid", "dynamic"), ("laptop", "articulated", "static"),
                       ("laptop", "articulated", "static")]
+    rec = next(r for r in read_jsonl(out / "build_log.jsonl") if r.get("step") == "labels")
+    assert rec["concepts"] == [{"concept": "laptop", "kinematics": "articulated", "track": "static", "source": "override"},
+                               {"concept": "cell phone", "kinematics": "rigid", "track": "dynamic", "source": "vlm"}]
 
 
 def test_bad_input_is_named_and_the_run_goes_on_and_resumes(tmp_path):
@@ -230,7 +236,13 @@ def test_threads_give_the_same_cases(tmp_path):
 
 
 def test_box_formats_of_other_vlms():
+    from worldeval.opis.build import BuildError
     from worldeval.opis.build_vlm import pixel_box
+
+    with pytest.raises(BuildError, match="--box-format"):
+        BuildConfig(box_format="center-wh").check()
+    with pytest.raises(BuildError, match="--backend.*nope"):
+        BuildConfig(backend="nope").check()
 
     # a 200 x 100 image; the same box [x=20, y=10, w=60, h=40] written four ways
     assert pixel_box([20, 10, 60, 40], "xywh", 200, 100) == [20, 10, 60, 40]
@@ -260,6 +272,33 @@ def test_gemini_style_boxes_give_the_same_case(tmp_path):
     assert cases[0].masks.keys() == cases[1].masks.keys()
     for k in cases[0].masks:
         assert mask_iou(cases[0].masks[k], cases[1].masks[k]) > 0.99
+
+
+def test_vlm_assisted_cleaning_drops_and_merges(tmp_path):
+    img, objs = small("000000000387")
+    shot = screening(objs)
+    shot["objects"][1]["phrase"] = "notebook"  # the second laptop, under another name
+    shot["objects"].append({"phrase": "desk", "box": [0, 60, 160, 60], "kinematics": "rigid"})
+    clean = {"drop": [{"phrase": "desk", "reason": "a surface the objects stand on"}],
+             "merge": [{"phrase": "notebook", "into": "laptop"}]}
+    src = tmp_path / "in"
+    src.mkdir()
+    Image.fromarray(img).save(src / "desk.png")
+    out = tmp_path / "ds"
+    client, transport = client_for(ScriptedVLM({img.tobytes(): shot}, clean=clean), out)
+    assert build_dataset(src, out, BuildConfig(min_objects=2, vlm_clean=True), client)["accepted"] == ["desk"]
+    assert sorted(i.category for i in load_case(out / "desk").instances) == ["cell phone", "laptop", "laptop"]
+    phr = next(r for r in read_jsonl(out / "build_log.jsonl") if r.get("step") == "phrases")
+    assert phr["concepts"] == ["laptop", "cell phone"]
+    assert {"phrase": "desk", "action": "dropped", "concept": None, "reason": "vlm: a surface the objects stand on"} \
+        in phr["decisions"]
+    assert sum("PHRASE CLEANING" in r.text for r in transport.requests) == 1
+    # a cleaning answer naming phrases that were never proposed is outside the contract: a failed step
+    bad = {"drop": [{"phrase": "sofa", "reason": "?"}], "merge": []}
+    out2 = tmp_path / "ds2"
+    client, _ = client_for(ScriptedVLM({img.tobytes(): shot}, clean=bad), out2)
+    s = build_dataset(src, out2, BuildConfig(min_objects=2, vlm_clean=True), client)
+    assert s["failed"][0]["field"] == "cleaning" and not s["accepted"]
 
 
 def test_too_few_objects_after_cleaning_is_a_rejection(tmp_path):
@@ -394,3 +433,64 @@ def test_cli_keeps_the_key_out_of_every_file(tmp_path, monkeypatch):
             assert key.encode() not in f.read_bytes(), f
     run_rec = next(r for r in read_jsonl(out / "build_log.jsonl") if r.get("step") == "run")
     assert run_rec["vlm"]["model"] == "scripted-vlm" and run_rec["vlm"]["api_key_set"] is True
+
+
+def test_concept_rounds_find_instances_a_first_query_missed():
+    """A stand-in segmenter that reports only the largest red blob (and a near-copy of it) per query:
+    round 2 sees the image with round 1's find painted out and reports the next blob; the near-copy is a
+    cross-round duplicate; round 3 adds nothing and ends the search."""
+    from scipy import ndimage as ndi
+
+    from worldeval.opis.backends.base import Observation
+    from worldeval.opis.build_segment import concept_rounds
+
+    img = np.full((60, 90, 3), 200, np.uint8)
+    img[10:30, 10:40] = (220, 20, 20)  # larger red square
+    img[35:50, 60:75] = (220, 20, 20)  # smaller red square
+    seen = []
+
+    class LargestRedBlob:
+        name = "stand-in"
+
+        def observe(self, frame, phrases, reference=None):
+            seen.append(frame.copy())
+            red = (frame[..., 0] > 180) & (frame[..., 1] < 60)
+            lab, n = ndi.label(red)
+            if n == 0:
+                return []
+            k = 1 + int(np.argmax(ndi.sum(red, lab, range(1, n + 1))))
+            m = lab == k
+            shifted = np.roll(m, 1, axis=1)  # IoU with m well above 0.8
+            return [Observation(mask=m, box=(0, 0, 1, 1), category="red box", score=0.9),
+                    Observation(mask=shifted, box=(0, 0, 1, 1), category="red box", score=0.8)]
+
+    found, log = concept_rounds(LargestRedBlob(), img, ["red box"], rounds=5, dedup_iou=0.8)
+    assert [f[3] for f in found] == [1, 2]
+    assert found[0][1].sum() == 600 and found[1][1].sum() == 225
+    assert [r["new"] for r in log] == [1, 1, 0] and len(log[0]["duplicates"]) == 1
+    assert log[0]["duplicates"][0]["iou"] == round(580 / 620, 4)
+    # what round 2 was shown: the first square painted out in the mean colour of the rest
+    assert (seen[1][10:30, 10:40] != (220, 20, 20)).any(axis=-1).all()
+    assert np.array_equal(seen[1][35:50, 60:75], img[35:50, 60:75])
+
+
+def test_images_from_opis_source_bring_their_vocabulary_and_subcategory(tmp_path):
+    img, objs = small("000000000387")
+    folder = tmp_path / "accepted" / "home_indoor_0003"
+    folder.mkdir(parents=True)
+    Image.fromarray(img).save(folder / "image.jpg", quality=95)
+    work = np.asarray(Image.open(folder / "image.jpg").convert("RGB"))
+    (folder / "provenance.json").write_text(json.dumps({
+        "subcategory": "home_indoor", "review": {"parsed": {"phrases": ["laptop", "cell phone"]}}}))
+    out = tmp_path / "ds"
+    client, transport = client_for(ScriptedVLM({work.tobytes(): screening(objs)}), out)
+    assert build_dataset(tmp_path / "accepted", out, BuildConfig(min_objects=2), client)["accepted"] == \
+        ["home_indoor_0003"]
+    assert load_case(out / "home_indoor_0003").spec.subcategory == "home_indoor"
+    assert "Name objects only with phrases from this list (the source's own labels): laptop; cell phone" \
+        in transport.requests[0].text
+    (folder / "provenance.json").write_text("{not json")
+    from worldeval.opis.build import BuildError
+
+    with pytest.raises(BuildError, match="provenance.json: provenance"):
+        build_dataset(tmp_path / "accepted", tmp_path / "ds3", BuildConfig(), client)

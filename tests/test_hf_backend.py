@@ -398,3 +398,29 @@ def test_hf_backend_runs_through_run_item(tiny, tmp_path):
     assert ((a >= 0) & (a <= 1 + 1e-6)).all()
     assert not (df["matched"] & (df["visibility"] != "expected_visible")).any()
     assert len(res.frames["frames"]) == 2
+
+
+def test_frame_batches_through_the_evaluator(tiny, tmp_path):
+    """`batch_size` hands SAM 3 the sampled frames in chunks; the rows are those of one frame at a time."""
+    from worldeval.opis.case import load_case
+    from worldeval.opis.evaluate import evaluate_rollout
+    from worldeval.media import write_video
+
+    case_dir, _ = _tiny_case_and_video(tmp_path)
+    case = load_case(case_dir)
+    frames = [np.roll(case.image, k, axis=1) for k in range(60)]  # sampled: 24, 32, 40, 48, 56
+    video = write_video(tmp_path / "long.mp4", frames, fps=24)
+    opts = dict(sam3=tiny["sam3"], dinov3=tiny["dinov3"], matcher=tiny["lightglue"], score_threshold=0.0, max_observations=8)
+    one = build_hf_backend("cpu", **opts)
+    three = build_hf_backend("cpu", batch_size=3, **opts)
+    calls = []
+    real = three.segmenter.observe_batch
+    three.segmenter.observe_batch = lambda fr, ph, reference=None: calls.append(len(fr)) or real(fr, ph, reference)
+    assert isinstance(three.segmenter, base.BatchSegmenter) and three.segmenter.frame_batch == 3
+    a = evaluate_rollout(case, video, "m", one).rows
+    b = evaluate_rollout(case, video, "m", three).rows
+    assert calls == [3, 2]
+    assert len(a) == len(b) and sorted(a["frame"].unique()) == [24, 32, 40, 48, 56]
+    for col in ("instance_id", "frame", "visibility", "matched", "extra"):
+        assert a[col].tolist() == b[col].tolist(), col
+    np.testing.assert_allclose(a["appearance"].to_numpy(float), b["appearance"].to_numpy(float), atol=1e-4)

@@ -253,3 +253,22 @@ def test_frame_batches_equal_one_frame_at_a_time(tiny):
         assert e.shape == (len(boxes), emb.dim)
         np.testing.assert_allclose(e, emb.embed(f, masks, boxes), atol=1e-5)
     assert emb.embed_many([]) == [] and emb.embed(frames[0], [], []).shape == (0, emb.dim)
+
+
+def test_lightglue_detects_keypoints_inside_a_mask(tiny):
+    img = _frame(0)
+    m = HFMatcher(tiny["lightglue"], CPU)
+    m.model.keypoint_detector.keypoint_decoder.max_keypoints = 400  # the random detector's top 64 sit in one corner
+    assert m.detects_keypoints and not HFMatcher(tiny["eloftr"], CPU).detects_keypoints
+    mask = np.zeros(img.shape[:2], bool)
+    mask[100:400, 200:600] = True
+    kp = m.keypoints_in(img, mask)
+    assert kp.ndim == 2 and kp.shape[1] == 2 and len(kp) > 0
+    xi, yi = np.round(kp[:, 0]).astype(int), np.round(kp[:, 1]).astype(int)
+    assert mask[yi, xi].all()
+    # the matcher's own keypoints of the image (the first image of a matching pair), in its pixels
+    out, h, w = m._forward(img, img)
+    allkp = out.keypoints[0, 0][out.mask[0, 0].bool()].numpy() * [img.shape[1], img.shape[0]]
+    inside = mask[np.round(allkp[:, 1]).astype(int).clip(0, 479), np.round(allkp[:, 0]).astype(int).clip(0, 853)]
+    np.testing.assert_allclose(np.sort(kp, axis=0), np.sort(allkp[inside], axis=0), atol=1e-3)
+    assert len(m.keypoints_in(img, ~mask)) == int((~inside).sum())  # the cached detections, the other part

@@ -84,3 +84,23 @@ def test_without_mediapipe_pose_is_unavailable_not_a_crash(monkeypatch):
     assert build_backend(pose="none").versions["pose"] == "off (pose=none)"
     with pytest.raises(ValueError, match="pose"):
         build_backend(pose="vitpose")
+
+
+@pytest.mark.slow
+def test_rider_gets_pose_structure_in_the_evaluator(tmp_path, pose):
+    """End to end on the real bmx clip: the matched rider's dynamic structure comes from pose (eq. 5)."""
+    from opis_fixtures import build_davis
+
+    from worldeval.opis.case import load_case
+    from worldeval.opis.evaluate import EvalConfig, evaluate_rollout, load_backend
+
+    case_dir, video = build_davis(tmp_path)
+    backend = load_backend("classical")
+    assert backend.versions["pose"].startswith("mediapipe 0.10")
+    rows = evaluate_rollout(load_case(case_dir), video, "real", backend, EvalConfig()).rows
+    rider = rows[(rows.instance_id == "rider") & rows.matched]
+    assert len(rider) >= 2
+    posed = rider[rider.structure_source == "pose"]
+    assert len(posed) >= 1 and posed.structure.between(0, 1).all(), rider[["frame", "structure", "structure_source"]]
+    # the bicycle is no person: never pose
+    assert not (rows[rows.instance_id == "bike"].structure_source == "pose").any()

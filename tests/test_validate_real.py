@@ -112,6 +112,10 @@ def test_association_agreement_counts_box_overlap_and_gone_frames():
     # decisions: 3 "shows" frames + 1 "gone" frame; agreed: 24 (IoU 1), 32 (IoU 324/476 = 0.68)
     assert m["association_decisions"] == 4 and m["association_agreed"] == 2
     assert m["matched_share_where_shows"] == 1.0
+    # a match somewhere else is not the object: the faithful check counts only matches on it (2 of 3 < 80%)
+    assert m["on_target_frames"] == [24, 32]
+    ok, why = judge_clip("faithful", m, None, th)
+    assert not ok and "in 67% of frames" in why
 
 
 def test_clip_verdicts_follow_the_measurements():

@@ -199,7 +199,9 @@ def write_video(path: str | Path, frames, fps: float, codec: str = "libx264", cr
         stream = container.add_stream(codec, rate=Fraction(fps).limit_denominator(1001))
         stream.width, stream.height, stream.pix_fmt = W, H, "yuv420p"
         if codec == "libx264":
-            stream.options = {"crf": str(crf), "preset": "veryfast"}
+            # x264's output depends on its thread count, which defaults to the number of cores:
+            # a fixed count makes a rollout (and every number measured on it) the same on any machine.
+            stream.options = {"crf": str(crf), "preset": "veryfast", "threads": "2"}
 
         def emit(img):
             img = np.ascontiguousarray(img[..., :3].astype(np.uint8))

@@ -490,16 +490,24 @@ def model_geometry(image: np.ndarray, device: str = "cpu", options: dict | None 
         if est is None:
             reasons.append(f"{name}: no depth estimator")
             continue
-        depth, K = est.estimate(image)
-        H, W = image.shape[:2]
-        depth = np.asarray(depth, dtype=np.float32)
-        ok = np.isfinite(depth) & (depth > 0)
-        if depth.shape != (H, W) or not ok.any():
-            reasons.append(f"{name}: depth of shape {depth.shape} without a valid value")
+        geometry, why = estimated_geometry(est, image)
+        if geometry is None:
+            reasons.append(f"{name}: {why}")
             continue
-        depth = np.where(ok, depth, np.float32(np.median(depth[ok])))
-        return Geometry(depth=depth, K=K if K is not None else default_intrinsics(H, W), valid=ok), f"model:{est.name}"
+        return geometry, why
     return None, "; ".join(reasons) or "no depth model"
+
+
+def estimated_geometry(est: Any, image: np.ndarray) -> tuple[Geometry | None, str]:
+    """(Geometry, "model:<name>") from a loaded depth estimator, or (None, why it gave nothing usable)."""
+    depth, K = est.estimate(image)
+    H, W = image.shape[:2]
+    depth = np.asarray(depth, dtype=np.float32)
+    ok = np.isfinite(depth) & (depth > 0)
+    if depth.shape != (H, W) or not ok.any():
+        return None, f"depth of shape {depth.shape} without a valid value"
+    depth = np.where(ok, depth, np.float32(np.median(depth[ok])))
+    return Geometry(depth=depth, K=K if K is not None else default_intrinsics(H, W), valid=ok), f"model:{est.name}"
 
 
 def _depth_options(options: dict | None) -> dict:

@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 
 VISIBILITY = ("expected_visible", "occluded", "out_of_view", "too_small", "unknown")
 TRACKS = ("static", "dynamic")
-STRUCTURE_SOURCES = ("static", "pose", "claims")
+STRUCTURE_SOURCES = ("static", "static_flat", "pose", "claims")
 
 SCHEMA = pa.schema(
     [
@@ -348,7 +348,7 @@ def _locate(row: int, sources: Sequence[tuple[str, int]] | None, source: str | N
     return source, row
 
 
-def _codes(s: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+def label_codes(s: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """Integer codes (-1 for null) and the labels, for categorical or plain string columns."""
     if isinstance(s.dtype, pd.CategoricalDtype):
         return s.cat.codes.to_numpy(), np.asarray(s.cat.categories, dtype=object)
@@ -365,31 +365,50 @@ def validate_archive(
     (file, first_row) when the frame concatenates several files. Returns the
     row keys it computed (`ArchiveKeys`) so scoring need not recompute them.
     """
-    n = len(df)
-
-    def fail(column: str, mask: np.ndarray, what: str) -> None:
-        if mask.any():
-            rows = np.flatnonzero(mask)
-            row = int(rows[0])
-            path, local = _locate(row, sources, source)
-            ident = []
-            for c in ("model", "case_id", "frame", "instance_id"):
-                if c in df.columns:
-                    v = df[c].iat[row]
-                    ident.append(f"{c}={(v.item() if hasattr(v, 'item') else v)!r}")
-            raise ArchiveError(
-                f"row {local} ({', '.join(ident)}): column {column!r} {what}"
-                + (f" [{len(rows)} rows affected]" if len(rows) > 1 else ""),
-                path=path,
-                column=column,
-                row=local,
-            )
-
     missing = [c for c in COLUMNS if c not in df.columns]
     if missing:
         raise ArchiveError(f"missing columns: {', '.join(missing)}", path=source, column=missing[0])
+    _check_types(df, source)
+    if len(df) == 0:
+        return None
+    fail = _failer(df, source, sources)
+    for c in REQUIRED_NON_NULL:
+        fail(c, df[c].isna().to_numpy(), "is null")
+    labels = _check_labels(df, fail)
+    _check_rows(df, fail, labels)
+    keys = archive_keys(df)
+    _check_case_constants(df, fail, keys)
+    _check_instances_per_frame(df, fail, keys)
+    return keys
 
-    # Types (pandas level; file-level types were checked on read).
+
+def _failer(df: pd.DataFrame, source, sources):
+    """`fail(column, mask, what)`: raise ArchiveError at the first row of `mask`, naming its file and keys."""
+
+    def fail(column: str, mask: np.ndarray, what: str) -> None:
+        if not mask.any():
+            return
+        rows = np.flatnonzero(mask)
+        row = int(rows[0])
+        path, local = _locate(row, sources, source)
+        ident = []
+        for c in ("model", "case_id", "frame", "instance_id"):
+            if c in df.columns:
+                v = df[c].iat[row]
+                ident.append(f"{c}={(v.item() if hasattr(v, 'item') else v)!r}")
+        raise ArchiveError(
+            f"row {local} ({', '.join(ident)}): column {column!r} {what}"
+            + (f" [{len(rows)} rows affected]" if len(rows) > 1 else ""),
+            path=path,
+            column=column,
+            row=local,
+        )
+
+    return fail
+
+
+def _check_types(df: pd.DataFrame, source) -> None:
+    """Types at the pandas level (file-level types were checked on read)."""
     for c in COLUMNS:
         s = df[c]
         dt = s.dtype
@@ -409,36 +428,35 @@ def validate_archive(
         elif c in BOOL_COLUMNS:
             if not pd.api.types.is_bool_dtype(dt):
                 raise ArchiveError(f"column {c!r} must be boolean (got {dt})", path=source, column=c)
-    if n == 0:
-        return None
 
-    for c in REQUIRED_NON_NULL:
-        fail(c, df[c].isna().to_numpy(), "is null")
 
+def _label_column(df, fail, column: str, allowed) -> tuple[np.ndarray, np.ndarray]:
+    codes, labels = label_codes(df[column])
+    bad = np.array([lab not in allowed for lab in labels], dtype=bool)
+    if bad.any():
+        fail(column, (codes >= 0) & bad[np.maximum(codes, 0)], f"has an unknown label (allowed: {', '.join(allowed)})")
+    return codes, labels
+
+
+def _check_labels(df, fail) -> dict:
+    vis_codes, vis_labels = _label_column(df, fail, "visibility", VISIBILITY)
+    lab_idx = {lab: i for i, lab in enumerate(vis_labels)}
+    track_codes, _ = _label_column(df, fail, "track", TRACKS)
+    _label_column(df, fail, "structure_source", STRUCTURE_SOURCES)
+    return {
+        "visibility": vis_codes,
+        "expected": vis_codes == lab_idx.get("expected_visible", -2),
+        "unknown": vis_codes == lab_idx.get("unknown", -2),
+        "track": track_codes,
+    }
+
+
+def _check_rows(df, fail, labels: dict) -> None:
+    """Rules within one row: extras vs reference rows, matched/ambiguous vs visibility, value ranges."""
     extra = df["extra"].to_numpy(dtype=bool)
     matched = df["matched"].to_numpy(dtype=bool)
     ambiguous = df["ambiguous"].to_numpy(dtype=bool)
-
-    vis_codes, vis_labels = _codes(df["visibility"])
-    bad_label = np.array([lab not in VISIBILITY for lab in vis_labels], dtype=bool)
-    if bad_label.any():
-        fail("visibility", (vis_codes >= 0) & bad_label[np.maximum(vis_codes, 0)],
-             f"has an unknown label (allowed: {', '.join(VISIBILITY)})")
-    lab_idx = {lab: i for i, lab in enumerate(vis_labels)}
-    expected = vis_codes == lab_idx.get("expected_visible", -2)
-    unknown = vis_codes == lab_idx.get("unknown", -2)
-
-    track_codes, track_labels = _codes(df["track"])
-    bad_track = np.array([lab not in TRACKS for lab in track_labels], dtype=bool)
-    if bad_track.any():
-        fail("track", (track_codes >= 0) & bad_track[np.maximum(track_codes, 0)],
-             f"has an unknown label (allowed: {', '.join(TRACKS)})")
-    src_codes, src_labels = _codes(df["structure_source"])
-    bad_src = np.array([lab not in STRUCTURE_SOURCES for lab in src_labels], dtype=bool)
-    if bad_src.any():
-        fail("structure_source", (src_codes >= 0) & bad_src[np.maximum(src_codes, 0)],
-             f"has an unknown label (allowed: {', '.join(STRUCTURE_SOURCES)})")
-
+    vis_codes, track_codes = labels["visibility"], labels["track"]
     inst_null = df["instance_id"].isna().to_numpy()
     fail("instance_id", extra & ~inst_null, "must be null on an extra row")
     fail("instance_id", ~extra & inst_null, "is null on a reference-instance row (extra=false)")
@@ -447,34 +465,33 @@ def validate_archive(
     fail("track", extra & (track_codes >= 0), "must be null on an extra row")
     fail("matched", extra & matched, "is true on an extra row (an extra is by definition unmatched)")
     fail("ambiguous", extra & ambiguous, "is true on an extra row")
-    fail("matched", matched & ~expected, "is true but visibility is not expected_visible")
-    fail("ambiguous", ambiguous & ~(unknown & ~matched), "is true but the row is not visibility=unknown, matched=false")
-
+    fail("matched", matched & ~labels["expected"], "is true but visibility is not expected_visible")
+    fail("ambiguous", ambiguous & ~(labels["unknown"] & ~matched),
+         "is true but the row is not visibility=unknown, matched=false")
     for c in ("appearance", "structure"):
         v = df[c].to_numpy(dtype=float, na_value=np.nan)
         fail(c, ~np.isnan(v) & ((v < 0.0) | (v > 1.0)), "is outside [0, 1]")
     structure = df["structure"].to_numpy(dtype=float, na_value=np.nan)
     fail("structure", extra & ~np.isnan(structure), "must be null on an extra row")
-
-    nref = df["n_reference"].to_numpy()
-    fail("n_reference", nref < 0, "is negative")
-    frame = df["frame"].to_numpy()
-    fail("frame", frame < 0, "is negative")
+    fail("n_reference", df["n_reference"].to_numpy() < 0, "is negative")
+    fail("frame", df["frame"].to_numpy() < 0, "is negative")
     tsec = df["time_s"].to_numpy(dtype=float)
     fail("time_s", ~np.isfinite(tsec) | (tsec < 0), "must be a finite number >= 0")
 
-    keys = archive_keys(df)
-    case_key, frame_key = keys.case, keys.frame
 
+def _check_case_constants(df, fail, keys: "ArchiveKeys") -> None:
+    """Domain, subcategory and n_reference are constant per case, time_s per frame; a subcategory has one domain."""
+    nref = df["n_reference"].to_numpy()
+    tsec = df["time_s"].to_numpy(dtype=float)
     for c in ("domain", "subcategory", "n_reference"):
-        codes = np.asarray(_codes(df[c])[0] if c != "n_reference" else nref)
-        fail(c, codes != codes[keys.first_row_of_case][case_key], "differs between rows of the same (model, case_id)")
+        codes = np.asarray(label_codes(df[c])[0] if c != "n_reference" else nref)
+        fail(c, codes != codes[keys.first_row_of_case][keys.case], "differs between rows of the same (model, case_id)")
     first_t = np.zeros(keys.n_frames)
-    first_t[frame_key[::-1]] = tsec[::-1]
-    fail("time_s", tsec != first_t[frame_key], "differs between rows of the same (model, case_id, frame)")
+    first_t[keys.frame[::-1]] = tsec[::-1]
+    fail("time_s", tsec != first_t[keys.frame], "differs between rows of the same (model, case_id, frame)")
 
-    sub_codes, _ = _codes(df["subcategory"])
-    dom_codes, _ = _codes(df["domain"])
+    sub_codes, _ = label_codes(df["subcategory"])
+    dom_codes, _ = label_codes(df["domain"])
     n_dom = int(dom_codes.max()) + 1
     pairs = np.flatnonzero(np.bincount(sub_codes * n_dom + dom_codes))
     pair_sub = pairs // n_dom
@@ -484,7 +501,12 @@ def validate_archive(
         fail("domain", (sub_codes == s_bad) & (dom_codes != first_dom),
              "differs for the same subcategory (a subcategory belongs to one domain)")
 
-    icode, _ = _codes(df["instance_id"])
+
+def _check_instances_per_frame(df, fail, keys: "ArchiveKeys") -> None:
+    """Every sampled frame carries exactly one row per reference instance (SPEC section 3)."""
+    extra = df["extra"].to_numpy(dtype=bool)
+    frame_key = keys.frame
+    icode, _ = label_codes(df["instance_id"])
     ref_rows = np.flatnonzero(~extra)
     key = frame_key[ref_rows] * (int(icode.max()) + 2) + icode[ref_rows]
     # Archives are usually written frame by frame, instance by instance: then the
@@ -493,15 +515,12 @@ def validate_archive(
         order = np.argsort(key, kind="stable")
         same = key[order][1:] == key[order][:-1]
         if same.any():
-            mask = np.zeros(n, dtype=bool)
+            mask = np.zeros(len(df), dtype=bool)
             mask[ref_rows[order[1:][same]]] = True
             fail("instance_id", mask, "duplicates an earlier row with the same (model, case_id, frame, instance_id)")
-
-    # Every sampled frame carries one row per reference instance (SPEC section 3).
     per_frame = np.bincount(frame_key[ref_rows], minlength=keys.n_frames)
-    fail("n_reference", ~extra & (per_frame[frame_key] != nref),
+    fail("n_reference", ~extra & (per_frame[frame_key] != df["n_reference"].to_numpy()),
          "does not equal the number of reference-instance rows in this frame")
-    return keys
 
 
 class ArchiveKeys:
@@ -532,8 +551,8 @@ def _dense(key: np.ndarray) -> tuple[np.ndarray, int]:
 
 
 def archive_keys(df: pd.DataFrame) -> ArchiveKeys:
-    mcode, _ = _codes(df["model"])
-    ccode, _ = _codes(df["case_id"])
+    mcode, _ = label_codes(df["model"])
+    ccode, _ = label_codes(df["case_id"])
     case_key, n_cases = _dense(mcode.astype(np.int64) * (int(ccode.max()) + 1) + ccode)
     frame = df["frame"].to_numpy().astype(np.int64)
     frame_key, n_frames = _dense(case_key * (int(frame.max()) + 1) + frame)

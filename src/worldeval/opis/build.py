@@ -32,12 +32,12 @@ from typing import Any, Callable
 import numpy as np
 
 from worldeval.errors import InputError
-from worldeval.opis.annotate import AnnotateError, AnnotateSpec, ObjectPrompt, assemble_case, remove_duplicates, \
-    resize_max_side
+from worldeval.opis.annotate import AnnotateError, AnnotateSpec, ObjectPrompt, assemble_case, estimated_geometry, \
+    remove_duplicates, resize_max_side
 from worldeval.opis.build_phrases import clean_phrases, concept_map, normalize
 from worldeval.opis.build_segment import concept_rounds, grabcut_from_boxes
-from worldeval.opis.build_vlm import BuildStepError, screen_image, propose_task
-from worldeval.opis.case import KINEMATICS, TRACKS, Geometry, default_intrinsics, mask_bbox
+from worldeval.opis.build_vlm import BuildStepError, propose_task, screen_image, vlm_clean
+from worldeval.opis.case import KINEMATICS, TRACKS, Geometry, mask_bbox
 from worldeval.runs import append_jsonl, atomic_write_json, read_jsonl
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
@@ -50,7 +50,7 @@ class BuildError(InputError):
 
 @dataclass
 class BuildConfig:
-    backend: str = "classical"  # classical: GrabCut from VLM boxes; hf: SAM 3 concept rounds
+    backend: str = "classical"  # classical: GrabCut from VLM boxes; hf (or any registered backend): concept rounds
     backend_options: dict = field(default_factory=dict)
     device: str = "cpu"
     vocabulary: list[str] | None = None
@@ -70,10 +70,16 @@ class BuildConfig:
     grabcut_iters: int = 5
     seed: int = 0
     review: bool = False
+    vlm_clean: bool = False  # a VLM pass over the rule-cleaned phrases (the paper's VLM-assisted cleaning)
 
     def check(self) -> "BuildConfig":
-        if self.backend not in ("classical", "hf"):
-            raise BuildError("--backend", "backend", f"{self.backend!r}: choose classical or hf")
+        if self.backend != "classical":
+            from worldeval.opis.backends.registry import BackendNotFound, resolve
+
+            try:
+                resolve(self.backend)
+            except BackendNotFound as exc:
+                raise BuildError("--backend", "backend", str(exc)) from exc
         for name, table, allowed in (("--kinematics", self.kinematics, KINEMATICS), ("--track", self.track, TRACKS)):
             for concept, label in table.items():
                 if label not in allowed:
@@ -104,6 +110,16 @@ def case_id_for(name: str) -> str:
     return cid
 
 
+def _provenance(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise BuildError(path, "provenance", f"cannot read: {exc}") from exc
+    if not isinstance(data, dict):
+        raise BuildError(path, "provenance", "must be a JSON object")
+    return data
+
+
 def discover_images(inputs: str | Path) -> list[SourceImage]:
     """A list file (one path per line, relative to the file), a folder of images, or a folder of
     `<id>/image.*` folders as `opis source` writes them (their provenance.json is read too)."""
@@ -119,8 +135,7 @@ def discover_images(inputs: str | Path) -> list[SourceImage]:
             imgs = sorted(q for q in sub.iterdir() if q.stem == "image" and q.suffix.lower() in IMAGE_SUFFIXES)
             if imgs:
                 prov = sub / "provenance.json"
-                found.append(SourceImage(case_id_for(sub.name), imgs[0],
-                                         json.loads(prov.read_text(encoding="utf-8")) if prov.exists() else None))
+                found.append(SourceImage(case_id_for(sub.name), imgs[0], _provenance(prov) if prov.exists() else None))
     else:
         raise BuildError(root, "IMAGES", "not found: give a folder of images or a list file")
     seen: Counter = Counter()
@@ -180,6 +195,36 @@ def _labels(concept: str, proposals: list, cfg: BuildConfig) -> tuple[str, str, 
     return kin, track, source
 
 
+def _proposed(objects: list, vocab: list[str] | None, concept_queries: bool) -> list[str]:
+    """The phrases to clean: the VLM's, within the source vocabulary when there is one; concept
+    queries (which need no box) also ask for vocabulary phrases the VLM did not name."""
+    proposed = list(dict.fromkeys(o.phrase for o in objects))
+    if not vocab:
+        return proposed
+    allowed = {normalize(v) for v in vocab}
+    named = {normalize(p) for p in proposed}
+    return [p for p in proposed if normalize(p) in allowed] + \
+        ([v for v in vocab if normalize(v) not in named] if concept_queries else [])
+
+
+def _by_concept(objects: list, mapping: dict) -> dict[str, list]:
+    by: dict[str, list] = {}
+    for o in objects:
+        if mapping.get(o.phrase):
+            by.setdefault(mapping[o.phrase], []).append(o)
+    return by
+
+
+def _label_record(concepts: list[str], objects: list, mapping: dict, cfg: BuildConfig) -> list[dict]:
+    """Per concept: the majority kinematics and track, and whether they came from the VLM, an override or the default."""
+    by = _by_concept(objects, mapping)
+    out = []
+    for c in concepts:
+        kin, track, source = _labels(c, by.get(c, []), cfg)
+        out.append({"concept": c, "kinematics": kin, "track": track, "source": source})
+    return out
+
+
 def _prompts(objects: list, mapping: dict[str, str | None], cfg: BuildConfig) -> list[ObjectPrompt]:
     prompts = []
     for o in objects:
@@ -199,10 +244,7 @@ def _segment(image: np.ndarray, prompts: list[ObjectPrompt], concepts: list[str]
             prompts=len(prompts), masks=len(cands), failures=failures)
         return cands, failures
     found, rounds = concept_rounds(backend.segmenter, image, concepts, cfg.rounds, cfg.dedup_iou)
-    by_concept: dict[str, list] = {}
-    for o in objects:
-        if mapping.get(o.phrase):
-            by_concept.setdefault(mapping[o.phrase], []).append(o)
+    by_concept = _by_concept(objects, mapping)
     cands = []
     for concept, mask, score, r in found:
         kin, track, _ = _labels(concept, by_concept.get(concept, []), cfg)
@@ -223,19 +265,12 @@ def _task(client: Any, image: np.ndarray, cands: list, cfg: BuildConfig, log: _L
 
 
 def _geometry(image: np.ndarray, cfg: BuildConfig, backend: Any) -> tuple[Geometry, str] | None:
-    if cfg.depth != "model":
-        return None
-    est = getattr(backend, "depth", None) if backend is not None else None
+    """Depth from the backend's already loaded depth model (None: assemble_case's own chain, else flat)."""
+    est = getattr(backend, "depth", None) if cfg.depth == "model" else None
     if est is None:
-        return None  # assemble_case asks annotate's depth-model chain, then records flat
-    depth, K = est.estimate(image)
-    depth = np.asarray(depth, dtype=np.float32)
-    ok = np.isfinite(depth) & (depth > 0)
-    if not ok.any():
         return None
-    H, W = image.shape[:2]
-    depth = np.where(ok, depth, np.float32(np.median(depth[ok])))
-    return Geometry(depth=depth, K=K if K is not None else default_intrinsics(H, W), valid=ok), f"model:{est.name}"
+    geometry, source = estimated_geometry(est, image)
+    return None if geometry is None else (geometry, source)
 
 
 def _read(src: SourceImage, cfg: BuildConfig) -> tuple[np.ndarray, float]:
@@ -261,14 +296,15 @@ def build_one(src: SourceImage, out: Path, cfg: BuildConfig, client: Any, backen
         vocabulary=vocab, request_hash=shot.request_hash)
     if not shot.suitable:
         return _reject(log, f"screening: {shot.reason or 'not enough distinguishable objects'}")
-    proposed = list(dict.fromkeys(o.phrase for o in shot.objects))
-    if vocab:
-        allowed = {normalize(v) for v in vocab}
-        proposed = [p for p in proposed if normalize(p) in allowed] + \
-            ([v for v in vocab if normalize(v) not in {normalize(p) for p in proposed}] if backend is not None else [])
-    concepts, decisions = clean_phrases(proposed)
+    concepts, decisions = clean_phrases(_proposed(shot.objects, vocab, backend is not None))
     mapping = concept_map(decisions)
-    log("phrases", concepts=concepts, decisions=[d.record() for d in decisions])
+    records = [d.record() for d in decisions]
+    if cfg.vlm_clean and concepts:
+        concepts, target, extra = vlm_clean(client, image, concepts)
+        mapping = {p: (target.get(c) if c is not None else None) for p, c in mapping.items()}
+        records += extra
+    log("phrases", concepts=concepts, decisions=records)
+    log("labels", concepts=_label_record(concepts, shot.objects, mapping, cfg))
     prompts = _prompts(shot.objects, mapping, cfg)
     n_objects = len(prompts) if backend is None else len(concepts)
     if backend is None and n_objects < cfg.min_objects:
@@ -281,13 +317,13 @@ def build_one(src: SourceImage, out: Path, cfg: BuildConfig, client: Any, backen
     sub = (src.provenance or {}).get("subcategory") or cfg.subcategory
     spec = AnnotateSpec(objects=[], case_id=src.id, domain=cfg.domain, subcategory=sub,
                         instruction=task["instruction"], camera=task["camera"], camera_amount=task["amount"],
-                        duration_s=cfg.duration_s, fps=cfg.fps, segmenter="grabcut" if backend is None else "hf",
+                        duration_s=cfg.duration_s, fps=cfg.fps, segmenter="grabcut" if backend is None else cfg.backend,
                         dedup_iou=cfg.dedup_iou, seed=cfg.seed, depth=cfg.depth if geometry is None else None)
     annotation = {"tool": "worldeval opis build", "phrases_from": f"vlm:{getattr(client.config, 'model', '?')}"
                   + (" (source vocabulary)" if vocab else ""), "scale": round(scale, 6),
                   "concepts": concepts, "source_image": src.path.name}
     case_json = assemble_case(image, spec, cands, out / src.id, annotation, failures, device=cfg.device,
-                              geometry=geometry, embedder=embedder)
+                              geometry=geometry, embedder=embedder, backend_options=cfg.backend_options)
     written = json.loads(case_json.read_text(encoding="utf-8"))
     ann = written["annotation"]
     log("case", instances=[{k: i[k] for k in ("id", "category", "kinematics", "track", "bbox")}
@@ -296,7 +332,7 @@ def build_one(src: SourceImage, out: Path, cfg: BuildConfig, client: Any, backen
     if cfg.review:
         from worldeval.opis.build_review import write_review_page
 
-        write_review_page(out, src.id, decisions=[d.record() for d in decisions])
+        write_review_page(out, src.id, decisions=records)
     log("done", status="accepted", reason="")
     return "accepted"
 
@@ -307,15 +343,16 @@ def _reject(log: _Log, reason: str) -> str:
 
 
 def make_backend(cfg: BuildConfig) -> Any:
-    """The hf backend (SAM 3 and the rest, from --backend-option model folders); None for classical."""
-    if cfg.backend != "hf":
+    """The backend whose segmenter answers the concept queries (hf: SAM 3, from --backend-option model
+    folders; or any backend the registry resolves); None for classical, which has no concept segmenter."""
+    if cfg.backend == "classical":
         return None
     from worldeval.opis.evaluate import load_backend
 
     try:
-        return load_backend("hf", device=cfg.device, **cfg.backend_options)
+        return load_backend(cfg.backend, device=cfg.device, **cfg.backend_options)
     except Exception as exc:
-        raise BuildError("--backend-option", "hf", f"cannot load the hf backend: {exc}") from exc
+        raise BuildError("--backend-option", cfg.backend, f"cannot load the {cfg.backend} backend: {exc}") from exc
 
 
 def make_embedder(cfg: BuildConfig, backend: Any) -> Any:
@@ -379,11 +416,15 @@ def build_dataset(inputs: str | Path, out: str | Path, cfg: BuildConfig, client:
         try:
             status = build_one(src, out, cfg, client, backend, embedder)
         except (BuildStepError, AnnotateError, BuildError) as exc:
-            _Log(out, src.id)("done", status="failed", file=exc.file, field=exc.field, reason=exc.reason)
-            return "failed", {"image": src.id, "file": exc.file, "field": exc.field, "reason": exc.reason}
-        with lock:
-            write_dataset_json(out)
-        return status, src.id
+            file, field, reason = exc.file, exc.field, exc.reason
+        except Exception as exc:  # a model or library failure on one image must not end a thousand-image run
+            file, field, reason = str(src.path), "internal", f"{type(exc).__name__}: {exc}"
+        else:
+            with lock:
+                write_dataset_json(out)
+            return status, src.id
+        _Log(out, src.id)("done", status="failed", file=file, field=field, reason=reason)
+        return "failed", {"image": src.id, "file": file, "field": field, "reason": reason}
 
     if workers > 1 and len(todo) > 1:
         with ThreadPoolExecutor(max_workers=workers) as pool:

@@ -61,7 +61,7 @@ def _echo_summary(summary: dict, as_json: bool, what: str) -> None:
 
 
 def _config(backend, backend_option, device, vocabulary, min_objects, rounds, dedup_iou, kinematics, track, depth,
-            domain, subcategory, duration, max_side, seed, review, box_format="xywh"):
+            domain, subcategory, duration, max_side, seed, review, box_format="xywh", clean=False):
     from worldeval.opis.build import BuildConfig
     from worldeval.opis.cli_eval import _parse_options
 
@@ -69,13 +69,14 @@ def _config(backend, backend_option, device, vocabulary, min_objects, rounds, de
                        vocabulary=read_vocabulary(vocabulary), min_objects=min_objects, rounds=rounds,
                        dedup_iou=dedup_iou, kinematics=_parse_options(kinematics), track=_parse_options(track),
                        depth=depth, domain=domain, subcategory=subcategory, duration_s=duration,
-                       max_side=max_side or None, seed=seed, review=review, box_format=box_format).check()
+                       max_side=max_side or None, seed=seed, review=review, box_format=box_format,
+                       vlm_clean=clean).check()
 
 
 def _build(
     images: Optional[Path] = typer.Argument(None, help="Folder of images (or of <id>/image.jpg folders), or a list file."),
     out: Path = typer.Option(..., "--out", help="Dataset folder to write (one case folder per accepted image)."),
-    backend: str = typer.Option("classical", "--backend", help="classical (GrabCut from VLM boxes) or hf (SAM 3 rounds)."),
+    backend: str = typer.Option("classical", "--backend", help="classical (GrabCut from VLM boxes), hf (SAM 3 rounds) or any registered backend / module:builder."),
     backend_option: List[str] = typer.Option([], "--backend-option", help="hf backend KEY=VALUE (sam3=DIR, dinov3=DIR, depth=DIR, ...)."),
     vocabulary: Optional[Path] = typer.Option(None, "--vocabulary", help="The source's own noun phrases (a line each, or a JSON list)."),
     review: bool = typer.Option(False, "--review", help="Write review/<case>.html (masks, crops, phrases, task) per case."),
@@ -98,6 +99,7 @@ def _build(
     workers: int = typer.Option(1, "--workers", help="Images built at once (threads sharing the VLM client)."),
     box_format: str = typer.Option("xywh", "--box-format", help="How the VLM writes boxes: xywh, xyxy (pixels), "
                                                                  "xyxy-1000 or yxyx-1000 (0-1000 grid, e.g. Gemini)."),
+    clean: bool = typer.Option(False, "--vlm-clean", help="After the rule-based phrase cleaning, a VLM pass (one request)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Build OPIS cases from images: VLM screening, phrase cleaning, segmentation, labels, task, geometry."""
@@ -112,7 +114,7 @@ def _build(
         if images is None:
             raise BuildError("IMAGES", "images", "give a folder of images or a list file (or --apply-review FILE)")
         cfg = _config(backend, backend_option, device, vocabulary, min_objects, rounds, dedup_iou, kinematics, track,
-                      depth, domain, subcategory, duration, max_side, seed, review, box_format)
+                      depth, domain, subcategory, duration, max_side, seed, review, box_format, clean)
         client = vlm_client(out, base_url, judge_model, api_key)
         progress = None if as_json else (lambda name: typer.echo(f"building {name}...", err=True))
         summary = build_dataset(images, out, cfg, client, progress=progress, workers=workers)

@@ -172,3 +172,60 @@ def propose_task(client: Any, image: np.ndarray, inventory: list[dict], duration
         raise BuildStepError("vlm", "task", f"no answer in the task contract: {answer.error}")
     return {"camera": answer.parsed["camera"], "amount": answer.parsed.get("amount"),
             "instruction": answer.parsed["instruction"].strip()}
+
+
+CLEAN_VERSION = "build-clean-v1"
+
+
+def clean_prompt(concepts: list[str]) -> str:
+    listed = "; ".join(concepts)
+    return (
+        "PHRASE CLEANING FOR AN OBJECT INVENTORY. These noun phrases were proposed for the objects in this "
+        f"picture: {listed}. Mark for dropping every phrase that names background or a region without an "
+        "outline (a floor, a countertop, a wall, scenery), a part of another object, or something incomplete or "
+        "not visible. Mark for merging every phrase that means the same objects as another phrase in the list, "
+        "or a narrower phrase whose objects the other already covers, giving the phrase to keep. Use only "
+        "phrases from the list. Reply with a single JSON object and nothing else: "
+        '{"drop": [{"phrase": "...", "reason": "..."}], "merge": [{"phrase": "...", "into": "..."}]}'
+    )
+
+
+def _check_clean(concepts: list[str]):
+    def check(obj: dict) -> dict:
+        for key, field in (("drop", "reason"), ("merge", "into")):
+            items = obj.get(key, [])
+            if not isinstance(items, list):
+                raise AnswerError(f"'{key}' must be a list")
+            for k, it in enumerate(items):
+                if not isinstance(it, dict) or it.get("phrase") not in concepts:
+                    raise AnswerError(f"{key}[{k}].phrase must be one of the listed phrases")
+                if key == "merge" and (it.get("into") not in concepts or it["into"] == it["phrase"]):
+                    raise AnswerError(f"merge[{k}].into must be another listed phrase")
+        return obj
+    return check
+
+
+def vlm_clean(client: Any, image: np.ndarray, concepts: list[str]) -> tuple[list[str], dict[str, str | None], list[dict]]:
+    """The VLM's pass over the rule-cleaned concepts: (kept concepts, concept -> final concept or None, decisions)."""
+    from worldeval.judge import JudgeImage
+
+    answer = client.ask_json([clean_prompt(concepts), JudgeImage.from_array(image, label="I0")],
+                             validator=_check_clean(concepts), prefer_key="drop",
+                             cache_extra={"contract": CLEAN_VERSION})
+    if not answer.ok:
+        raise BuildStepError("vlm", "cleaning", f"no answer in the cleaning contract: {answer.error}")
+    target: dict[str, str | None] = {c: c for c in concepts}
+    decisions = []
+    for it in answer.parsed.get("drop", []):
+        target[it["phrase"]] = None
+        decisions.append({"phrase": it["phrase"], "action": "dropped", "concept": None,
+                          "reason": f"vlm: {it.get('reason', '')}".strip()})
+    for it in answer.parsed.get("merge", []):
+        if target.get(it["phrase"]) is not None and target.get(it["into"]) is not None:
+            target[it["phrase"]] = it["into"]
+            decisions.append({"phrase": it["phrase"], "action": "merged", "concept": it["into"],
+                              "reason": "vlm: same objects"})
+    for _ in concepts:  # follow merge chains (a -> b -> c)
+        target = {c: (target.get(t) if t is not None else None) for c, t in target.items()}
+    kept = [c for c in concepts if target[c] == c]
+    return kept, target, decisions

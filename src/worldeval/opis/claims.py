@@ -73,24 +73,17 @@ def claims_validator(max_claims: int):
     return check
 
 
-def _crop(image: np.ndarray, box, context: float = 0.15) -> np.ndarray:
-    H, W = image.shape[:2]
-    x, y, w, h = (float(v) for v in box)
-    x0, y0 = max(0, int(x - context * w)), max(0, int(y - context * h))
-    x1, y1 = min(W, int(np.ceil(x + w + context * w))), min(H, int(np.ceil(y + h + context * h)))
-    return np.ascontiguousarray(image[y0 : max(y0 + 1, y1), x0 : max(x0 + 1, x1)])
-
-
 def ask_claims(client, image: np.ndarray, box, category: str, kinematics: str, max_claims: int = MAX_CLAIMS) -> dict:
     """One judge request for one object: {"claims": [...], "offered": n} or {"error": message}."""
     from worldeval.judge.client import JudgeImage
+    from worldeval.opis.perception.structure import crop
 
     x, y, w, h = (round(float(v)) for v in box)
     content = [
         f"Object: {category} ({kinematics}), box x={x}, y={y}, w={w}, h={h} in the photo.\n"
         f"Give at most {max_claims} statements, spread over the families that apply to this object.",
         JudgeImage.from_array(image, label="photo"),
-        JudgeImage.from_array(_crop(image, box), label="object"),
+        JudgeImage.from_array(crop(image, box, context=0.15), label="object"),
     ]
     ans = client.ask_json(content, validator=claims_validator(max_claims), system=CLAIMS_SYSTEM, prefer_key="claims",
                           cache_extra={"task": "opis-claims", "max_claims": max_claims})

@@ -71,75 +71,25 @@ def _annotate(
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary."),
 ) -> None:
     """Build an OPIS case from IMAGE: masks from box/point prompts, labels, geometry, camera task."""
+    opt = dict(locals())  # every option of the command, by name, for the helpers below
     from rich.console import Console
 
     from worldeval.media import read_image
-    from worldeval.opis.annotate import AnnotateError, AnnotateSpec, annotate, load_spec_file, parse_object_option
+    from worldeval.opis.annotate import AnnotateError, annotate
+    from worldeval.opis.cli_eval import _parse_options
 
     err = Console(stderr=True)
     if claims and image is None and spec is None and not objects:
         _claims_only(out, base_url, judge_model, api_key, max_claims, quiet or as_json, err)
         return
     try:
-        if spec is not None:
-            aspec, spec_image = load_spec_file(spec)
-        else:
-            aspec, spec_image = AnnotateSpec(objects=[]), None
-        image_path = image or spec_image
-        if image_path is None:
-            raise AnnotateError("IMAGE", "image", "give an image argument or an 'image' field in --spec")
-        prompts = [parse_object_option(o, point=point) for o in objects or []]
-        if prompts:
-            aspec.objects = aspec.objects + prompts
-        n = len(aspec.objects)
-        for k, label in enumerate(_parse_per_object(kinematics, n, "--kinematics")):
-            if label is not None:
-                aspec.objects[k].kinematics = label
-        for k, label in enumerate(_parse_per_object(track, n, "--track")):
-            if label is not None:
-                aspec.objects[k].track = label
-        from worldeval.opis.annotate import _check_prompt
-
-        for k, p in enumerate(aspec.objects):
-            _check_prompt(p, spec or "--object", k)
-        aspec.segmenter = backend
-        aspec.case_id = case_id or (aspec.case_id if spec is not None and aspec.case_id != "case_0001" else out.name)
-        for attr, value in (("domain", domain), ("subcategory", subcategory), ("instruction", instruction),
-                            ("camera_amount", amount), ("duration_s", duration), ("fps", fps),
-                            ("max_side", max_side), ("depth", depth), ("dedup_iou", dedup_iou)):
-            if value is not None:
-                setattr(aspec, attr, value)
-        if depth and depth != "model":
-            aspec.depth = str(Path(depth).resolve())
-        if camera is not None:
-            if camera.endswith(".json"):
-                try:
-                    data = json.loads(Path(camera).read_text(encoding="utf-8"))
-                except (OSError, json.JSONDecodeError) as exc:
-                    raise AnnotateError(camera, "camera_task", f"cannot read: {exc}") from exc
-                aspec.camera = data.get("camera_task", data)
-            else:
-                aspec.camera = camera
-        aspec.seed = seed
-        aspec.embeddings = not no_embeddings
-        judge = None
-        if propose or not aspec.objects:
-            from worldeval.judge import JudgeConfig
-
-            try:
-                judge = JudgeConfig.resolve(base_url=base_url, model=judge_model, api_key=api_key)
-            except ValueError as exc:
-                if not aspec.objects:
-                    raise AnnotateError("--object", "objects", f"no objects given and no VLM configured ({exc})") from exc
-            if propose:
-                aspec.objects = []
+        aspec, image_path = _spec_from_options(opt)
+        judge = _judge_for(aspec, opt)
         try:
             img = read_image(image_path)
         except ValueError as exc:
             raise AnnotateError(image_path, "image", str(exc)) from exc
         steps = (lambda s: None) if (quiet or as_json) else (lambda s: err.print(f"[dim]{s}...[/dim]"))
-        from worldeval.opis.cli_eval import _parse_options
-
         case_json = annotate(img, aspec, out, judge_config=judge, device=device, on_step=steps,
                              backend_options=_parse_options(backend_option or []))
         if claims:
@@ -147,6 +97,76 @@ def _annotate(
     except AnnotateError as exc:
         err.print(f"[red]{exc}[/red]")
         raise typer.Exit(2)
+    _print_summary(case_json, as_json, quiet)
+
+
+def _spec_from_options(opt: dict):
+    """(AnnotateSpec, image path) from --spec and the command-line options, which override the spec."""
+    from worldeval.opis.annotate import AnnotateError, AnnotateSpec, _check_prompt, load_spec_file, parse_object_option
+
+    spec = opt["spec"]
+    if spec is not None:
+        aspec, spec_image = load_spec_file(spec)
+    else:
+        aspec, spec_image = AnnotateSpec(objects=[]), None
+    image_path = opt["image"] or spec_image
+    if image_path is None:
+        raise AnnotateError("IMAGE", "image", "give an image argument or an 'image' field in --spec")
+    prompts = [parse_object_option(o, point=opt["point"]) for o in opt["objects"] or []]
+    if prompts:
+        aspec.objects = aspec.objects + prompts
+    n = len(aspec.objects)
+    for attr, option in (("kinematics", "--kinematics"), ("track", "--track")):
+        for k, label in enumerate(_parse_per_object(opt[attr], n, option)):
+            if label is not None:
+                setattr(aspec.objects[k], attr, label)
+    for k, p in enumerate(aspec.objects):
+        _check_prompt(p, spec or "--object", k)
+    aspec.segmenter = opt["backend"]
+    aspec.case_id = opt["case_id"] or (aspec.case_id if spec is not None and aspec.case_id != "case_0001" else opt["out"].name)
+    for attr, name in (("domain", "domain"), ("subcategory", "subcategory"), ("instruction", "instruction"),
+                       ("camera_amount", "amount"), ("duration_s", "duration"), ("fps", "fps"),
+                       ("max_side", "max_side"), ("depth", "depth"), ("dedup_iou", "dedup_iou")):
+        if opt[name] is not None:
+            setattr(aspec, attr, opt[name])
+    if opt["depth"] and opt["depth"] != "model":
+        aspec.depth = str(Path(opt["depth"]).resolve())
+    camera = opt["camera"]
+    if camera is not None:
+        if camera.endswith(".json"):
+            try:
+                data = json.loads(Path(camera).read_text(encoding="utf-8"))
+            except (OSError, json.JSONDecodeError) as exc:
+                raise AnnotateError(camera, "camera_task", f"cannot read: {exc}") from exc
+            aspec.camera = data.get("camera_task", data)
+        else:
+            aspec.camera = camera
+    aspec.seed = opt["seed"]
+    aspec.embeddings = not opt["no_embeddings"]
+    return aspec, image_path
+
+
+def _judge_for(aspec, opt: dict):
+    """The VLM's JudgeConfig when phrases are to be proposed (--propose, or no objects given); else None."""
+    from worldeval.opis.annotate import AnnotateError
+
+    if not (opt["propose"] or not aspec.objects):
+        return None
+    from worldeval.judge import JudgeConfig
+
+    judge = None
+    try:
+        judge = JudgeConfig.resolve(base_url=opt["base_url"], model=opt["judge_model"], api_key=opt["api_key"])
+    except ValueError as exc:
+        if not aspec.objects:
+            raise AnnotateError("--object", "objects", f"no objects given and no VLM configured ({exc})") from exc
+    if opt["propose"]:
+        aspec.objects = []
+    return judge
+
+
+def _print_summary(case_json: Path, as_json: bool, quiet: bool) -> None:
+    from rich.console import Console
 
     data = json.loads(case_json.read_text(encoding="utf-8"))
     summary = {

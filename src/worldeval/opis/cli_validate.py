@@ -10,7 +10,11 @@ import typer
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to `app`."""
+    _register_validate(app)
+    _register_build_coco(app)
 
+
+def _register_validate(app: typer.Typer) -> None:
     @app.command("validate")
     def validate_cmd(
         dataset: Path = typer.Option(None, "--dataset", help="OPIS dataset folder (cases per SPEC section 2)."),
@@ -88,6 +92,8 @@ def register(app: typer.Typer) -> None:
         if strict and not ok:
             raise typer.Exit(1)
 
+
+def _register_build_coco(app: typer.Typer) -> None:
     @app.command("build-coco")
     def build_coco_cmd(
         src: Path = typer.Option(..., "--src", help="The coco_multiobj folder (images/, instance_masks/, instances.json)."),

@@ -121,6 +121,35 @@ def _frame_threads() -> int:
     return max(1, min(2, os.cpu_count() or 1))
 
 
+def _frame_chunks(pairs: list, backend: Backend) -> list[list]:
+    """The sampled frames in the batches a batch segmenter asks for (all of them in one chunk otherwise)."""
+    from worldeval.opis.backends.base import BatchSegmenter
+
+    seg = backend.segmenter
+    n = max(1, int(seg.frame_batch)) if isinstance(seg, BatchSegmenter) else 1
+    if n == 1:
+        return [pairs] if pairs else []
+    return [pairs[s : s + n] for s in range(0, len(pairs), n)]
+
+
+def _observe_batch(bank: ReferenceBank, frames: list[np.ndarray], backend: Backend, timer) -> list:
+    """Observations (embedded) of a batch of frames, or None per frame where the segmenter takes one at a time."""
+    from worldeval.opis.backends.base import BatchEmbedder, BatchSegmenter
+
+    seg = backend.segmenter
+    if not (isinstance(seg, BatchSegmenter) and int(seg.frame_batch) > 1):
+        return [None] * len(frames)
+    with timer("observation"):
+        obs = seg.observe_batch(frames, bank.categories, reference=bank)
+    if isinstance(backend.embedder, BatchEmbedder):
+        with timer("embedding"):
+            embs = backend.embedder.embed_many([(f, [o.mask for o in ob], [o.box for o in ob]) for f, ob in zip(frames, obs)])
+        for ob, e in zip(obs, embs):
+            for o, v in zip(ob, e):
+                o.embedding = np.asarray(v, np.float32)
+    return obs
+
+
 def evaluate_rollout(
     case: Case, video: str | Path, model: str, backend: Backend, config: EvalConfig | None = None, judge=None,
     keep_masks: bool = False,
@@ -142,33 +171,36 @@ def evaluate_rollout(
     frame_records: list[dict] = []
     masks: dict = {}
 
-    def one(fidx_frame):
+    def one(fidx_frame_obs):
         import cv2
 
-        fidx, frame = fidx_frame
+        fidx, frame, obs = fidx_frame_obs
         # OpenCV's RANSAC draws from a per-thread generator; seeding it per frame makes a
         # frame's measurements independent of which thread or worker ran the frames before it.
         cv2.setRNGSeed(int(config.seed) + int(fidx))
-        return measure_frame(bank, frame, backend, config, judge, index=int(fidx), timer=timer)
+        return measure_frame(bank, frame, backend, config, judge, index=int(fidx), timer=timer, observations=obs)
 
     # Sampled frames are measured independently; OpenCV and torch release the GIL, so two
     # frames in flight use both cores of a small machine. Results do not depend on the order.
     threads = _frame_threads()
     pairs = list(zip(sampled.indices, sampled.frames))
-    if threads > 1 and len(pairs) > 1:
-        from concurrent.futures import ThreadPoolExecutor
+    results = []
+    for chunk in _frame_chunks(pairs, backend):
+        items = [(f, fr, o) for (f, fr), o in zip(chunk, _observe_batch(bank, [fr for _, fr in chunk], backend, timer))]
+        if threads > 1 and len(items) > 1:
+            from concurrent.futures import ThreadPoolExecutor
 
-        with ThreadPoolExecutor(max_workers=threads) as pool:
-            results = list(pool.map(one, pairs))
-    else:
-        results = [one(p) for p in pairs]
+            with ThreadPoolExecutor(max_workers=threads) as pool:
+                results.extend(pool.map(one, items))
+        else:
+            results.extend(one(it) for it in items)
     for (fidx, _frame), res in zip(pairs, results):
         t_s = fidx / info.fps
         for r in res.rows:
             r["frame"] = int(fidx)
             r["time_s"] = float(t_s)
         rows.extend(res.rows)
-        frame_records.append({"frame": int(fidx), "time_s": float(t_s), "objects": res.objects})
+        frame_records.append({"frame": int(fidx), "time_s": float(t_s), "camera": res.camera, "objects": res.objects})
         if keep_masks:
             masks.update({(int(fidx), iid): m for iid, m in res.masks.items()})
     common = {

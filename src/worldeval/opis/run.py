@@ -172,8 +172,10 @@ class _Run:
         from worldeval import runs
 
         if not isinstance(result, ItemResult):  # the executor reports a crashed or raising worker as an exception
-            err = _error(getattr(result, "file", None) or item.video, getattr(result, "field", None) or "worker",
-                         getattr(result, "message", None) or str(result), getattr(result, "kind", type(result).__name__))
+            from worldeval.executor import ItemError
+
+            rec = ItemError.from_exception(result).to_record()
+            err = _error(rec["file"] or item.video, rec["field"] or "worker", rec["message"], rec["type"])
             result = ItemResult(model=item.model, case_id=item.case_id, error=err)
         cid = item.case_id
         if result.ok:

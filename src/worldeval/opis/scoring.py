@@ -2,7 +2,7 @@
 
 Three steps, in the spirit of COCOeval:
 
-1. `evaluate`: one pass over the archive rows reduces them to per-frame
+1. `frame_evidence`: one pass over the archive rows reduces them to per-frame
    evidence counts (|E_t|, missing, |X_t|, sums/minima/gate failures of the
    appearance and structure values, coverage counts). Every rule below reads
    only these arrays, never the rows again.
@@ -29,7 +29,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from worldeval.opis.archive import ArchiveKeys, archive_keys, read_archive_with_keys, validate_archive
+from worldeval.opis.archive import ArchiveKeys, archive_keys, label_codes, read_archive_with_keys, validate_archive
 from worldeval.stats import Hierarchy, percentile_interval, stratified_counts
 
 VARIANTS = ("strict", "no_gate", "no_coverage", "minimum", "uniform")
@@ -111,7 +111,7 @@ def variant_rules(variant: str, config: ScoreConfig) -> Rules:
     raise ValueError(f"unknown variant {variant!r} (choose from {', '.join(VARIANTS)})")
 
 
-# ----------------------------------------------------------------------------- step 1: evaluate
+# ----------------------------------------------------------------------------- step 1: frame evidence
 
 
 @dataclass
@@ -148,14 +148,6 @@ class FrameEvidence:
         return len(self.cases)
 
 
-def _codes(s: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    if isinstance(s.dtype, pd.CategoricalDtype):
-        # Small integer codes (int8 for a handful of labels): comparisons stay cheap.
-        return s.cat.codes.to_numpy(), np.asarray(s.cat.categories, dtype=object)
-    codes, uniques = pd.factorize(s, use_na_sentinel=True)
-    return codes, np.asarray(uniques, dtype=object)
-
-
 def _floats(s: pd.Series) -> np.ndarray:
     if s.dtype == np.float64:
         return s.to_numpy()
@@ -163,14 +155,14 @@ def _floats(s: pd.Series) -> np.ndarray:
 
 
 def _label_eq(s: pd.Series, label: str) -> np.ndarray:
-    codes, labels = _codes(s)
+    codes, labels = label_codes(s)
     hit = np.flatnonzero(labels == label)
     if len(hit) == 0:
         return np.zeros(len(s), dtype=bool)
     return codes == hit[0]
 
 
-def evaluate(df: pd.DataFrame, config: ScoreConfig = ScoreConfig(), keys: ArchiveKeys | None = None) -> FrameEvidence:
+def frame_evidence(df: pd.DataFrame, config: ScoreConfig = ScoreConfig(), keys: ArchiveKeys | None = None) -> FrameEvidence:
     """Reduce archive rows to per-frame evidence.
 
     The archive is validated first unless `config.validate` is False or the
@@ -430,108 +422,99 @@ def _bin_names(edges, kind: str) -> list[str]:
 def summarize(ev: FrameEvidence, config: ScoreConfig = ScoreConfig()) -> dict:
     """The SPEC section 3 JSON object (0-100 scale, None for undefined)."""
     lv = _levels(ev.cases)
-    labels = lv.labels
     h = lv.hierarchy
     rules = variant_rules(config.variant, config)
     comp = accumulate(ev, rules)
     main = _component_levels(lv, comp, ("P", "I", "S", "C_S"))
-    model_opis, _ = combine(main["top"]["P"], main["top"]["I"], main["top"]["S"], rules.weights)
-    dom_opis, _ = combine(main["domain"]["P"], main["domain"]["I"], main["domain"]["S"], rules.weights)
-    sub_opis, _ = combine(main["subcategory"]["P"], main["subcategory"]["I"], main["subcategory"]["S"], rules.weights)
-
+    opis = {level: combine(main[level]["P"], main[level]["I"], main[level]["S"], rules.weights)[0]
+            for level in ("top", "domain", "subcategory")}  # fmt: skip
     variants = {}
     for v in VARIANTS:
         r = variant_rules(v, config)
         c = comp if v == config.variant else accumulate(ev, r)
         top = _component_levels(lv, c, COMPONENTS)["top"]
         variants[v] = combine(top["P"], top["I"], top["S"], r.weights)[0]
-
     ci = _model_bootstrap(lv, comp, rules, config) if config.bootstrap > 0 else None
-
     cov = _component_levels(lv, comp, ("C_P", "C_I", "static", "dynamic", "unknown"))["top"]
-    model_code = lv.model_code
-    no_s = np.bincount(model_code, weights=(comp["n_FS"] == 0).astype(float), minlength=h.n_top)
+    cov["no_s"] = np.bincount(lv.model_code, weights=(comp["n_FS"] == 0).astype(float), minlength=h.n_top)
+    diags = {"density": _density_levels(ev, lv, comp, rules, config), "temporal": _temporal_levels(ev, lv, rules, config)}
+    models = {model: _model_json(t, lv, main, opis, ci, cov, diags, variants) for t, model in enumerate(lv.labels["top"])}
+    return {"config": config.to_dict(), "variant": config.variant, "models": models, "cases": _case_records(ev, comp)}
 
+
+_DIAG = ("P", "I", "S", "C_S", "fail_I")
+
+
+def _density_levels(ev: FrameEvidence, lv, comp: dict, rules, config: ScoreConfig) -> dict:
+    """Per model, the components over the cases of each reference-density bin."""
     dbin = _density_bin(ev.cases["n_reference"].to_numpy(), config.density_edges)
-    density_names = _bin_names(config.density_edges, "density")
     density = {}
-    for b, name in enumerate(density_names):
+    for b, name in enumerate(_bin_names(config.density_edges, "density")):
         mask = dbin == b
-        lvl = _component_levels(lv, comp, ("P", "I", "S", "C_S", "fail_I"), mask)["top"]
+        lvl = _component_levels(lv, comp, _DIAG, mask)["top"]
         lvl["OPIS"] = combine(lvl["P"], lvl["I"], lvl["S"], rules.weights)[0]
-        lvl["n_cases"] = np.bincount(model_code[mask], minlength=h.n_top)
+        lvl["n_cases"] = np.bincount(lv.model_code[mask], minlength=lv.hierarchy.n_top)
         density[name] = lvl
+    return density
 
+
+def _temporal_levels(ev: FrameEvidence, lv, rules, config: ScoreConfig) -> dict:
+    """Per model, the components over the frames of each time interval (cases regrouped by interval)."""
     tbin = _temporal_bin(ev, config)
     n_int = len(config.temporal_edges) - 1
     key = np.where(tbin >= 0, ev.case * n_int + tbin, -1)
     tcomp = accumulate(ev, rules, key, ev.n_cases * n_int)
     temporal = {}
     for b, name in enumerate(_bin_names(config.temporal_edges, "temporal")):
-        sel = {n: tcomp[n][b::n_int] for n in ("P", "I", "S", "C_S", "fail_I")}
-        lvl = _component_levels(lv, sel, ("P", "I", "S", "C_S", "fail_I"))["top"]
+        sel = {n: tcomp[n][b::n_int] for n in _DIAG}
+        lvl = _component_levels(lv, sel, _DIAG)["top"]
         lvl["OPIS"] = combine(lvl["P"], lvl["I"], lvl["S"], rules.weights)[0]
-        lvl["n_cases"] = np.bincount(model_code, weights=(tcomp["n_frames"][b::n_int] > 0).astype(float), minlength=h.n_top)
+        lvl["n_cases"] = np.bincount(lv.model_code, weights=(tcomp["n_frames"][b::n_int] > 0).astype(float),
+                                     minlength=lv.hierarchy.n_top)
         temporal[name] = lvl
+    return temporal
 
+
+def _model_json(t: int, lv, main: dict, opis: dict, ci, cov: dict, diags: dict, variants: dict) -> dict:
     pct = 100.0
-    models = {}
-    for t, model in enumerate(labels["top"]):
-        doms = np.flatnonzero(h.top_of_dom == t)
-        subs = np.flatnonzero(np.isin(h.dom_of_sub, doms))
-        models[model] = {
-            "P": _json_num(main["top"]["P"][t], pct),
-            "I": _json_num(main["top"]["I"][t], pct),
-            "S": _json_num(main["top"]["S"][t], pct),
-            "C_S": _json_num(main["top"]["C_S"][t], pct),
-            "OPIS": _json_num(model_opis[t]),
-            "OPIS_ci": None if ci is None or np.isnan(ci[t]).any() else [float(ci[t, 0]), float(ci[t, 1])],
-            "n_cases": int(lv.case_slices[t][1] - lv.case_slices[t][0]),
-            "domains": {
-                labels["domain"][d]: {
-                    **{c: _json_num(main["domain"][c][d], pct) for c in ("P", "I", "S", "C_S")},
-                    "OPIS": _json_num(dom_opis[d]),
-                }
-                for d in doms
-            },
-            "subcategories": {
-                labels["subcategory"][s]: {
-                    **{c: _json_num(main["subcategory"][c][s], pct) for c in ("P", "I", "S", "C_S")},
-                    "OPIS": _json_num(sub_opis[s]),
-                    "domain": labels["domain"][h.dom_of_sub[s]],
-                }
-                for s in subs
-            },
-            "coverage": {
-                **{c: _json_num(cov[c][t], pct) for c in ("C_P", "C_I", "static", "dynamic", "unknown")},
-                "no_s": int(no_s[t]),
-            },
-            "density": {
-                name: _diag_json(lvl, t) for name, lvl in density.items()
-            },
-            "temporal": {name: _diag_json(lvl, t) for name, lvl in temporal.items()},
-            "variants": {v: _json_num(variants[v][t]) for v in VARIANTS},
-        }
+    h, labels = lv.hierarchy, lv.labels
+    doms = np.flatnonzero(h.top_of_dom == t)
+    subs = np.flatnonzero(np.isin(h.dom_of_sub, doms))
+    return {
+        **{c: _json_num(main["top"][c][t], pct) for c in ("P", "I", "S", "C_S")},
+        "OPIS": _json_num(opis["top"][t]),
+        "OPIS_ci": None if ci is None or np.isnan(ci[t]).any() else [float(ci[t, 0]), float(ci[t, 1])],
+        "n_cases": int(lv.case_slices[t][1] - lv.case_slices[t][0]),
+        "domains": {
+            labels["domain"][d]: {**{c: _json_num(main["domain"][c][d], pct) for c in ("P", "I", "S", "C_S")},
+                                  "OPIS": _json_num(opis["domain"][d])}
+            for d in doms
+        },
+        "subcategories": {
+            labels["subcategory"][s]: {**{c: _json_num(main["subcategory"][c][s], pct) for c in ("P", "I", "S", "C_S")},
+                                       "OPIS": _json_num(opis["subcategory"][s]),
+                                       "domain": labels["domain"][h.dom_of_sub[s]]}
+            for s in subs
+        },
+        "coverage": {**{c: _json_num(cov[c][t], pct) for c in ("C_P", "C_I", "static", "dynamic", "unknown")},
+                     "no_s": int(cov["no_s"][t])},
+        "density": {name: _diag_json(lvl, t) for name, lvl in diags["density"].items()},
+        "temporal": {name: _diag_json(lvl, t) for name, lvl in diags["temporal"].items()},
+        "variants": {v: _json_num(variants[v][t]) for v in VARIANTS},
+    }  # fmt: skip
 
+
+def _case_records(ev: FrameEvidence, comp: dict) -> list[dict]:
+    pct = 100.0
     cases = ev.cases
-    flags = case_flags(comp)
-    case_table = pd.DataFrame(
-        {
-            "model": cases["model"],
-            "case_id": cases["case_id"],
-            "domain": cases["domain"],
-            "subcategory": cases["subcategory"],
-            "P": comp["P"] * pct,
-            "I": comp["I"] * pct,
-            "S": comp["S"] * pct,
-            "C_S": comp["C_S"] * pct,
-            "OPIS": comp["OPIS"],
-        }
-    )
+    case_table = pd.DataFrame({
+        "model": cases["model"], "case_id": cases["case_id"], "domain": cases["domain"], "subcategory": cases["subcategory"],
+        "P": comp["P"] * pct, "I": comp["I"] * pct, "S": comp["S"] * pct, "C_S": comp["C_S"] * pct, "OPIS": comp["OPIS"],
+    })  # fmt: skip
     records = case_table.astype(object).where(case_table.notna(), None).to_dict("records")
-    for rec, fl in zip(records, flags):
+    for rec, fl in zip(records, case_flags(comp)):
         rec["flags"] = fl
-    return {"config": config.to_dict(), "variant": config.variant, "models": models, "cases": records}
+    return records
 
 
 def _diag_json(lvl: dict, t: int) -> dict:
@@ -551,7 +534,7 @@ def _diag_json(lvl: dict, t: int) -> dict:
 
 def score_frame(df: pd.DataFrame, config: ScoreConfig = ScoreConfig()) -> dict:
     """Score an in-memory archive DataFrame; returns the SPEC section 3 JSON object."""
-    return summarize(evaluate(df, config), config)
+    return summarize(frame_evidence(df, config), config)
 
 
 def score_runs(paths: str | Path | Sequence[str | Path], config: ScoreConfig = ScoreConfig()) -> dict:
@@ -562,6 +545,6 @@ def score_runs(paths: str | Path | Sequence[str | Path], config: ScoreConfig = S
     if isinstance(paths, (str, Path)):
         paths = [paths]
     df, keys = read_archive_with_keys(paths, validate=config.validate)
-    result = summarize(evaluate(df, replace(config, validate=False), keys=keys), config)
+    result = summarize(frame_evidence(df, replace(config, validate=False), keys=keys), config)
     result["runs"] = [str(p) for p in paths]
     return result

@@ -124,6 +124,17 @@ def extras_per_frame(df: pd.DataFrame, model: str, name: str, limit: float = 0.2
     return Figure(name, f"{v:.3f} ({x} extras / {frames} frames)", f"<= {limit:g} extras per frame", _status(v <= limit))
 
 
+def photo_pasted(result: dict) -> Figure:
+    """Pasted object from another photo: extras in most frames where it is in view (validate's measurements)."""
+    per = {}
+    for cid, r in result.get("cases", {}).items():
+        m = (r["checks"].get("pasted") or {}).get("measurements")
+        if m is not None:
+            es = m.get("extra_share_where_pasted_in_view")
+            per[cid] = {"extra_share": es, "ok": es is not None and es > 0.5}
+    return _per_case_figure("photos: pasted object yields extras", per, "every case: extras in > 50% of frames with it in view")
+
+
 def pass_rate_figures(prefix: str, rates: dict, required: float = 0.90) -> list[Figure]:
     out = []
     for check, r in rates.items():
@@ -156,7 +167,7 @@ def clip_figures(result: dict, presence_min: float = 80.0, agreement_min: float 
     figs = [
         _per_case_figure("real: removed object matched", per("removed"), "every clip: matched in <= 20% of frames where it showed"),
         _per_case_figure("real: recoloured still matched, appearance lower", per("recoloured"),
-                         "every clip: matched in >= 50% of faithful-matched frames, appearance drop >= 0.1"),
+                         "every clip: matched on the object in >= 50% of the frames where the faithful clip was, appearance drop >= 0.1"),
         Figure("real: association agrees with per-frame GT", f"{agreed}/{decided}" + (f" ({agreed / decided:.1%})" if decided else ""),
                f">= {agreement_min:.0%} (matched with box IoU >= 0.3 where it shows, unmatched where gone)",
                _status(agreed / decided >= agreement_min) if decided else NOT_MEASURED),

@@ -298,8 +298,9 @@ def clip_measurements(rows, frames_rec: dict | None, rec: dict, th: ClipThreshol
     shows = [f for f in frames if states.get(f) == "shows"]
     gone = [f for f in frames if states.get(f) == "gone"]
     matched = {f for f in frames if f in t.index and bool(t.at[f, "matched"])}
-    agree = sum(1 for f in shows if f in matched and boxes.get(f) and box_iou(boxes[f], rec["target_box"][f]) >= th.association_iou)
-    agree += sum(1 for f in gone if f not in matched)
+    # a match counts as the object only where its box overlaps the ground truth's (IoU >= 0.3)
+    on_target = {f for f in shows if f in matched and boxes.get(f) and box_iou(boxes[f], rec["target_box"][f]) >= th.association_iou}
+    agree = len(on_target) + sum(1 for f in gone if f not in matched)
     app = t.loc[sorted(matched), "appearance"].dropna() if matched else []
     extras = rows[rows["extra"].astype(bool)].groupby("frame").size().to_dict()
     m: dict[str, Any] = {
@@ -307,7 +308,9 @@ def clip_measurements(rows, frames_rec: dict | None, rec: dict, th: ClipThreshol
         "shows_frames": len(shows),
         "gone_frames": len(gone),
         "matched_frames": sorted(matched),
+        "on_target_frames": sorted(on_target),
         "matched_share_where_shows": (len(matched & set(shows)) / len(shows)) if shows else None,
+        "on_target_share_where_shows": (len(on_target) / len(shows)) if shows else None,
         "association_decisions": len(shows) + len(gone),
         "association_agreed": int(agree),
         "target_appearance": float(np.mean(app)) if len(app) else None,
@@ -325,10 +328,11 @@ def clip_measurements(rows, frames_rec: dict | None, rec: dict, th: ClipThreshol
 
 def judge_clip(name: str, m: dict, base: dict | None, th: ClipThresholds) -> tuple[bool, str]:
     if name == "faithful":
-        s = m["matched_share_where_shows"]
+        s = m["on_target_share_where_shows"]
         if s is None:
             return False, "the object never clearly shows in a sampled frame"
-        return s >= th.faithful_matched, f"matched in {s:.0%} of frames where it shows (>= {th.faithful_matched:.0%})"
+        return s >= th.faithful_matched, (f"matched on the object (box IoU >= {th.association_iou:g}) in {s:.0%} of frames where it "
+                                          f"shows (>= {th.faithful_matched:.0%}; matched anywhere {m['matched_share_where_shows']:.0%})")
     if base is None:
         return False, "faithful clip not evaluated"
     if name == "removed":
@@ -337,14 +341,14 @@ def judge_clip(name: str, m: dict, base: dict | None, th: ClipThresholds) -> tup
             return False, "the object never clearly shows in a sampled frame"
         return s <= th.removed_max_matched, f"matched in {s:.0%} of frames where it showed (<= {th.removed_max_matched:.0%})"
     if name == "recoloured":
-        ref = set(base["matched_frames"])
+        ref = set(base["on_target_frames"])
         if not ref:
-            return False, "the faithful clip never matched the object"
-        kept = len(ref & set(m["matched_frames"])) / len(ref)
+            return False, "the faithful clip never matched the object where it is"
+        kept = len(ref & set(m["on_target_frames"])) / len(ref)
         a0, a1 = base.get("target_appearance"), m.get("target_appearance")
         d = None if a0 is None or a1 is None else a0 - a1
         ok = kept >= th.recoloured_kept and d is not None and d >= th.recoloured_appearance_drop
-        return ok, (f"matched in {kept:.0%} of the faithful clip's matched frames (>= {th.recoloured_kept:.0%}), "
+        return ok, (f"matched on the object in {kept:.0%} of the frames where the faithful clip was (>= {th.recoloured_kept:.0%}), "
                     f"appearance drop {'n/a' if d is None else f'{d:.3f}'} (>= {th.recoloured_appearance_drop:g})")
     if name == "pasted":
         es = m.get("extra_share_where_pasted_in_view")

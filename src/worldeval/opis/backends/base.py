@@ -90,12 +90,30 @@ class Segmenter(Protocol):
 
 
 @runtime_checkable
+class BatchSegmenter(Segmenter, Protocol):
+    """A segmenter that can take several frames at once (the hf SAM 3 segmenter)."""
+
+    frame_batch: int  # frames per call the run should hand it (1: one at a time)
+
+    def observe_batch(self, frames: list[np.ndarray], phrases: list[str], reference=None) -> list[list[Observation]]:
+        """`observe` for each frame; the same observations as one frame at a time (up to float rounding)."""
+        ...
+
+
+@runtime_checkable
 class Embedder(Protocol):
     name: str
     versions: dict[str, str]
 
     def embed(self, image: np.ndarray, masks: list[np.ndarray], boxes: list[tuple[float, float, float, float]]) -> np.ndarray:
         """N x D L2-normalised crop descriptors (colour-aware: identity includes colour pattern)."""
+        ...
+
+
+@runtime_checkable
+class BatchEmbedder(Embedder, Protocol):
+    def embed_many(self, items: list[tuple[np.ndarray, list, list]]) -> list[np.ndarray]:
+        """`embed` for several (image, masks, boxes), crops of all images sharing the model's batches."""
         ...
 
 

@@ -94,7 +94,7 @@ OPTION_TYPES: dict[str, type] = {
     "phrase_batch": int, "min_area_frac": float, "points_per_side": int, "iou_threshold": float, "point_batch": int,
     "embed_size": int, "pooling": str, "color_weight": float, "embed_batch": int, "context": float,
     "match_long_side": int, "min_match_score": float, "max_matches": int, "depth_size": int,
-    "pose_min_conf": float, "animal_dataset_index": int, "human_dataset_index": int,
+    "pose_min_conf": float, "animal_dataset_index": int, "human_dataset_index": int, "batch_size": int,
 }  # fmt: skip
 
 
@@ -149,7 +149,8 @@ def build_hf_depth(device: str = "cpu", depth: str | None = None, models_dir: st
 
 
 SEGMENTER_OPTIONS = {
-    "sam3": ("score_threshold", "mask_threshold", "dedupe_iou", "max_observations", "phrase_batch", "min_area_frac"),
+    "sam3": ("score_threshold", "mask_threshold", "dedupe_iou", "max_observations", "phrase_batch", "min_area_frac",
+             "batch_size"),
     "sam2": ("points_per_side", "iou_threshold", "dedupe_iou", "max_observations", "point_batch", "min_area_frac",
              "mask_threshold"),
 }  # fmt: skip

@@ -150,9 +150,6 @@ class HFMatcher:
     here, so it runs wholly in the reduced precision.
     """
 
-    # No keypoints of I0 alone: the keypoint-support check of template finds does not run (see the run manifest).
-    detects_keypoints = False
-
     def __init__(
         self,
         model_name: str,
@@ -178,6 +175,10 @@ class HFMatcher:
         else:
             raise HFBackendError("matcher", model_name, f"expected LightGlue or EfficientLoFTR, got model_type {self.kind!r}")
         self.name = self.kind
+        # LightGlue's SuperPoint finds keypoints in one image alone (the pipeline's keypoint-support
+        # check); EfficientLoFTR is detector-free, so that check does not run with it (run manifest: checks)
+        self.detects_keypoints = self.kind == "lightglue"
+        self._keypoints: tuple[bytes, np.ndarray] | None = None  # the last image's keypoints, by content digest
         self.device = device
         half = dtype is not None and dtype != torch.float32
         self.autocast = dtype if (half and self.kind == "lightglue") else None
@@ -193,8 +194,26 @@ class HFMatcher:
                          "matcher_preprocessing": describe_processor(self.processor)
                          + (f" long side {self.long_side}" if self.long_side else "")}  # fmt: skip
 
-    def keypoints_in(self, image: np.ndarray, mask: np.ndarray) -> None:
-        return None
+    def keypoints_in(self, image: np.ndarray, mask: np.ndarray) -> np.ndarray | None:
+        """SuperPoint keypoints of `image` (its pixels, x, y) inside `mask`; None for EfficientLoFTR."""
+        import hashlib
+
+        import torch
+
+        if not self.detects_keypoints:
+            return None
+        H, W = image.shape[:2]
+        digest = hashlib.blake2b(np.ascontiguousarray(image).tobytes(), digest_size=16).digest() + bytes(str((H, W)), "ascii")
+        if self._keypoints is None or self._keypoints[0] != digest:
+            size = self._input_size(H, W)
+            kw = {"size": {"height": size[0], "width": size[1]}} if size else {}
+            px = official_pixels(self.processor, [[image, image]], self.device, self.dtype, **kw)[:, 0]
+            with torch.inference_mode():
+                det = self.model.keypoint_detector(px.float() if self.autocast is not None else px)
+            rel = det.keypoints[0][det.mask[0].bool()].float().cpu().numpy()
+            self._keypoints = (digest, rel.astype(np.float64) * np.array([W, H], dtype=np.float64))
+        xy = self._keypoints[1]
+        return xy[_inside(mask, xy)].astype(np.float32)
 
     def _detector_in_fp32(self) -> None:
         import torch

@@ -99,6 +99,7 @@ class Sam3Segmenter:
         max_observations: int = 64,
         phrase_batch: int = 8,
         min_area_frac: float = 2e-4,
+        batch_size: int = 1,
     ):
         from transformers import AutoTokenizer, Sam3Model
 
@@ -120,6 +121,7 @@ class Sam3Segmenter:
         self.max_observations = int(max_observations)
         self.phrase_batch = max(1, int(phrase_batch))
         self.min_area_frac = float(min_area_frac)
+        self.frame_batch = max(1, int(batch_size))  # frames per image-encoder batch in a run (BatchSegmenter)
         self._text: dict[str, tuple] = {}  # phrase -> (prompt features 1 x L x D, attention mask 1 x L)
         self.versions = {"segmenter": model_version(model_name, self.model), "segmenter_preprocessing": self.prep.describe()}
 

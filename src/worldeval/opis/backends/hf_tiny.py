@@ -97,6 +97,24 @@ def build_tiny_models(root: str | Path) -> dict[str, str]:
                                                 num_attention_heads=2, out_indices=[2], num_experts=6, part_features=8),
         num_labels=17)  # fmt: skip
     paths["vitpose_plus"] = _save(T.VitPoseForPoseEstimation(vpp), root / "vitpose_plus", vp_prep)
+    _tiny_depth_models(T, root, paths)
+    lg = T.LightGlueConfig(
+        keypoint_detector_config=T.SuperPointConfig(encoder_hidden_sizes=[8, 8, 16, 16], decoder_hidden_size=16,
+                                                    descriptor_decoder_dim=32, max_keypoints=64),
+        descriptor_dim=32, num_hidden_layers=2, num_attention_heads=2, filter_threshold=0.0)  # fmt: skip
+    pair = {"size": {"height": 96, "width": 128}}
+    paths["lightglue"] = _save(T.LightGlueForKeypointMatching(lg), root / "lightglue", T.LightGlueImageProcessorPil(**pair))
+    el = T.EfficientLoFTRConfig(stage_num_blocks=[1, 1, 1, 1], out_features=[8, 16, 32, 32], stage_stride=[2, 1, 2, 2],
+                                hidden_size=32, num_attention_layers=1, num_attention_heads=8, fine_kernel_size=4,
+                                fine_matching_slice_dim=4, coarse_matching_threshold=0.0)  # fmt: skip
+    paths["eloftr"] = _save(T.EfficientLoFTRForKeypointMatching(el), root / "eloftr", T.EfficientLoFTRImageProcessorPil(**pair))
+    return paths
+
+
+def _tiny_depth_models(T, root: Path, paths: dict) -> None:
+    """Depth Anything, Prompt Depth Anything and DepthPro, each with its preprocessing."""
+    from worldeval.opis.backends.hf_preprocess import HALF, IMAGENET_MEAN, IMAGENET_STD
+
     dino_bb = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=2, image_size=56,
                    patch_size=14, out_indices=[1, 2, 3, 4], reshape_hidden_states=False)  # fmt: skip
     da = T.DepthAnythingConfig(backbone_config=T.Dinov2Config(**dino_bb), reassemble_hidden_size=32,
@@ -116,17 +134,6 @@ def build_tiny_models(root: str | Path) -> dict[str, str]:
                           patch_model_config=sub(), fov_model_config=sub())  # fmt: skip
     paths["depth_pro"] = _save(T.DepthProForDepthEstimation(dp), root / "depth_pro",
                                _tv_config("DepthProImageProcessor", 256, HALF, HALF))  # fmt: skip
-    lg = T.LightGlueConfig(
-        keypoint_detector_config=T.SuperPointConfig(encoder_hidden_sizes=[8, 8, 16, 16], decoder_hidden_size=16,
-                                                    descriptor_decoder_dim=32, max_keypoints=64),
-        descriptor_dim=32, num_hidden_layers=2, num_attention_heads=2, filter_threshold=0.0)  # fmt: skip
-    pair = {"size": {"height": 96, "width": 128}}
-    paths["lightglue"] = _save(T.LightGlueForKeypointMatching(lg), root / "lightglue", T.LightGlueImageProcessorPil(**pair))
-    el = T.EfficientLoFTRConfig(stage_num_blocks=[1, 1, 1, 1], out_features=[8, 16, 32, 32], stage_stride=[2, 1, 2, 2],
-                                hidden_size=32, num_attention_layers=1, num_attention_heads=8, fine_kernel_size=4,
-                                fine_matching_slice_dim=4, coarse_matching_threshold=0.0)  # fmt: skip
-    paths["eloftr"] = _save(T.EfficientLoFTRForKeypointMatching(el), root / "eloftr", T.EfficientLoFTRImageProcessorPil(**pair))
-    return paths
 
 
 # models-folder layout (option -> tiny family), as `worldeval models fetch` lays out the real checkpoints

@@ -85,14 +85,18 @@ def resolve(given: str, path: str | None = None) -> BackendSpec:
 
 
 def _module_folder(module: str) -> str | None:
-    """The folder that makes `module` importable when it is only found relative to the current directory."""
-    if importlib.util.find_spec(module.split(".")[0]) is not None:
-        return None
-    cwd = Path.cwd()
+    """The folder a worker must put on sys.path to import `module` (the current directory when only found there)."""
     top = module.split(".")[0]
-    if (cwd / f"{top}.py").exists() or (cwd / top / "__init__.py").exists():
-        return str(cwd.resolve())
-    return None
+    found = importlib.util.find_spec(top)
+    if found is None:
+        cwd = Path.cwd()
+        if (cwd / f"{top}.py").exists() or (cwd / top / "__init__.py").exists():
+            return str(cwd.resolve())
+        return None
+    if not found.origin or not Path(found.origin).exists():
+        return None  # a namespace package or a built-in: importable as is
+    origin = Path(found.origin)
+    return str((origin.parent.parent if origin.name == "__init__.py" else origin.parent).resolve())
 
 
 def builder_of(spec: BackendSpec) -> Callable[..., Backend]:

@@ -152,35 +152,55 @@ def associate(
         sim = a @ b.T
     like = sim if structure is None else likeness_matrix(structure, keypoints)
     for i in range(n):
+        floor = min_appearance if instance_min_appearance is None else max(min_appearance, instance_min_appearance[i])
         for j in range(m):
-            s_e, s_l = sim[i, j], like[i, j]
-            floor = min_appearance if instance_min_appearance is None else max(min_appearance, instance_min_appearance[i])
-            if not np.isfinite(s_l) or s_l < floor:
-                continue
-            if provenance is not None and not provenance[i, j]:
-                # found while searching for someone else: it is ours only if it resembles us clearly,
-                # and more than it resembles the instance(s) it was found for
-                owners = like[provenance[:, j], j]
-                if s_l < foreign_min_appearance or (len(owners) and s_l <= np.nanmax(owners)):
-                    continue
-            if gates is not None and not gates[i, j]:
-                continue
-            num, den = _evidence(s_e, structure, keypoints, i, j)
-            s_a = attribute_similarity(ref_attrs[i], obs_attrs[j]) if ref_attrs[i] and obs_attrs[j] else None
-            if s_a is not None:
-                num += W_ATTR * s_a
-                den += W_ATTR
-            s_c = category_similarity(ref_categories[i], obs_categories[j])
-            if s_c is not None:
-                num += W_CAT * s_c
-                den += W_CAT
-            aff[i, j] = num / den
+            if _eligible(like, i, j, floor, provenance, foreign_min_appearance) and (gates is None or gates[i, j]):
+                num, den = _evidence(sim[i, j], structure, keypoints, i, j)
+                aff[i, j] = _affinity(num, den, ref_attrs[i], obs_attrs[j], ref_categories[i], obs_categories[j])
     cost = np.where(np.isfinite(aff), -aff, 1e3)
     rows, cols = linear_sum_assignment(cost)
     match: list[int | None] = [None] * n
     for r, c in zip(rows, cols):
         if np.isfinite(aff[r, c]) and aff[r, c] >= threshold:
             match[r] = int(c)
+    ambiguous = _ambiguous(aff, match, obs_boxes, threshold=threshold, margin=margin, distinct_iou=distinct_iou)
+    for i in range(n):
+        if ambiguous[i]:
+            match[i] = None
+    return Association(aff, sim, match, ambiguous, like)
+
+
+def _eligible(sim, i, j, floor, provenance, foreign_min_appearance) -> bool:
+    """Pair (i, j) has enough likeness (`sim`: the likeness matrix, or the embedding cosine without one),
+    and clearer likeness when j was found for another instance."""
+    s_e = sim[i, j]
+    if not np.isfinite(s_e) or s_e < floor:
+        return False
+    if provenance is not None and not provenance[i, j]:
+        # found while searching for someone else: it is ours only if it resembles us clearly,
+        # and more than it resembles the instance(s) it was found for
+        owners = sim[provenance[:, j], j]
+        if s_e < foreign_min_appearance or (len(owners) and s_e <= np.nanmax(owners)):
+            return False
+    return True
+
+
+def _affinity(num, den, ref_attrs, obs_attrs, ref_category, obs_category) -> float:
+    """Weighted mean of the evidence the pair has (`num / den` so far from `_evidence`; attributes,
+    category), weights renormalised."""
+    s_a = attribute_similarity(ref_attrs, obs_attrs) if ref_attrs and obs_attrs else None
+    if s_a is not None:
+        num += W_ATTR * s_a
+        den += W_ATTR
+    s_c = category_similarity(ref_category, obs_category)
+    if s_c is not None:
+        num += W_CAT * s_c
+        den += W_CAT
+    return num / den
+
+
+def _ambiguous(aff, match, obs_boxes, *, threshold, margin, distinct_iou) -> list[bool]:
+    n, m = aff.shape
     assigned_obs = {c for c in match if c is not None}
     ambiguous = [False] * n
     for i, j in enumerate(match):
@@ -200,7 +220,4 @@ def associate(
                 continue
             if aff[i2, j] >= best - margin and aff[i2, j] >= threshold:
                 ambiguous[i] = ambiguous[i2] = True
-    for i in range(n):
-        if ambiguous[i]:
-            match[i] = None
-    return Association(aff, sim, match, ambiguous, like)
+    return ambiguous

@@ -1,7 +1,10 @@
 """Camera motion from I0 to a generated frame, fitted on background correspondences only.
 
 All annotated target masks (dilated) are excluded from the fit, as in the
-paper: a moved or changed object must not pull the camera. A deterministic
+paper: a moved or changed object must not pull the camera, and no instance's
+Structure is measured against a camera fitted on that instance. There is no
+fallback support: a background too weak for a reliable fit gives an
+unreliable camera (recorded per frame with its reason). A deterministic
 share of the matches is held out of the fit; the camera counts as reliable
 only when enough held-out matches agree with it. With the case's depth the
 camera is a pose from PnP (RANSAC) and points project with their depth; without
@@ -82,26 +85,30 @@ def estimate_camera(
     min_matches: int = 12,
     inlier_px: float | None = None,
 ) -> CameraEstimate:
-    # Support tiers: the background alone (the paper's rule); when that cannot give a reliable
-    # camera (scenes annotated to the edges leave almost no background), static-track instances
-    # are added (they are expected not to move), then the whole image (objects that moved on
-    # their own are RANSAC outliers while they are a minority). The held-out check applies to each.
-    static = np.zeros(bank.shape, bool)
-    for m, tr in zip(bank.masks, bank.tracks):
-        if tr == "static":
-            static |= m
-    tiers = [("background", bank.background)]
-    if static.any():
-        tiers.append(("background+static instances", bank.background | static))
-    tiers.append(("whole image", None))
-    first = None
-    for name, support in tiers:
-        corr = matcher.match(bank.image, frame, mask0=support, mask1=None)
-        cam = _fit(bank, frame, corr, name, holdout=holdout, seed=seed, min_matches=min_matches, inlier_px=inlier_px)
-        if cam.reliable:
-            return cam
-        first = first or cam
-    return first
+    """The I0 -> frame camera fitted on the unannotated background only (the paper's rule).
+
+    There is no fallback onto annotated objects or the whole image: a camera fitted on an
+    instance would vouch for that instance's own place and Structure. When the background
+    cannot support a reliable fit the camera is unreliable, and static instances are then
+    `unknown`, never missing.
+    """
+    corr = matcher.match(bank.image, frame, mask0=bank.background, mask1=None)
+    return _fit(bank, frame, corr, "background", holdout=holdout, seed=seed, min_matches=min_matches, inlier_px=inlier_px)
+
+
+def camera_record(cam: CameraEstimate | None) -> dict:
+    """What the per-frame record says about the camera: model, support, correspondences, held-out error."""
+    if cam is None:
+        return {"reliable": False, "kind": None, "support": None, "reason": "no camera stage"}
+    st = cam.stats
+    med = st.get("heldout_median_px")
+    return {
+        "reliable": bool(cam.reliable), "kind": cam.kind, "support": st.get("support"),
+        "correspondences": st.get("matches"), "fit_inliers": st.get("fit_inliers"), "heldout": st.get("heldout"),
+        "heldout_inlier_rate": st.get("heldout_inlier_rate"),
+        "heldout_median_px": None if med is None or not np.isfinite(med) else round(float(med), 3),
+        "reason": cam.reason or None,
+    }  # fmt: skip
 
 
 def _fit(bank, frame, corr, support: str, *, holdout, seed, min_matches, inlier_px) -> CameraEstimate:

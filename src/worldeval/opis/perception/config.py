@@ -27,6 +27,8 @@ class EvalConfig(BaseModel):
     gate_tolerance: float = 0.05  # geometric gate margin, share of the frame diagonal
     min_in_view: float = 0.5  # share of projected query points inside the frame to count as in view
     min_side_px: float = 10.0  # projected instance smaller than this (either side) is too small
+    occluded_share: float = 0.5  # share of an unmatched static instance's projected region covered in front: occluded
+    partly_covered_share: float = 0.25  # ... at least this but under occluded_share: unknown (cannot decide)
     min_correspondences: int = 6  # for the static structure residual
     extra_min_similarity: float = 0.5  # an extra must look like an object of the inventory at least this much
     extra_margin: float = 0.1  # ... and nearly as much as the matched instance it resembles, unless found strongly:

@@ -11,6 +11,7 @@ its own part:
     embed      -> obs[*].embedding    appearance descriptors of observations without one
     associate  -> assoc               gates, provenance and keypoint support, one-to-one matching
     identity   -> ambiguous, visibility, appearance
+    occlusion  -> visibility          unmatched static instances covered by a nearer matched or dynamic object
     extras     -> extras              unmatched observations that count as extra objects
     structure  -> structure, structure_source
 
@@ -29,7 +30,7 @@ from worldeval.opis.backends.base import EVIDENCE_COMPLETENESS, EVIDENCE_FEATURE
 from worldeval.opis.case import encode_rle
 from worldeval.opis.perception import projection as P
 from worldeval.opis.perception.association import Association
-from worldeval.opis.perception.camera import CameraEstimate, estimate_camera
+from worldeval.opis.perception.camera import CameraEstimate, camera_record, estimate_camera
 from worldeval.opis.perception.config import EvalConfig
 from worldeval.opis.perception.reference import ReferenceBank
 
@@ -51,6 +52,7 @@ class FrameState:
     extras: list[int] = field(default_factory=list)  # observation indices
     structure: list[float | None] = field(default_factory=list)
     structure_source: list[str | None] = field(default_factory=list)
+    frame_depth: tuple | None = None  # (depth, K) of the frame from the backend's depth model, when asked for
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -66,6 +68,7 @@ class FrameResult:
     rows: list[dict]  # archive rows without the rollout's common columns, frame and time
     objects: list[dict]  # the per-frame record's objects
     masks: dict[str, np.ndarray]  # instance id -> matched observation mask
+    camera: dict = field(default_factory=dict)  # the per-frame record's camera: support, correspondences, held-out error
 
 
 def checks(backend: Backend, judge=None) -> dict[str, bool]:
@@ -118,8 +121,11 @@ def embed(st: FrameState, backend: Backend) -> None:
 
 
 def measure_frame(bank: ReferenceBank, frame: np.ndarray, backend: Backend, config: EvalConfig, judge=None,
-                  index: int = 0, timer=None) -> FrameResult:
-    """Measure one frame: the stages in order (`timer(stage)` is a context manager summing seconds)."""
+                  index: int = 0, timer=None, observations: list | None = None) -> FrameResult:
+    """Measure one frame: the stages in order (`timer(stage)` is a context manager summing seconds).
+
+    `observations`: the segmenter's observations of this frame when already made in a batch of frames.
+    """
     from worldeval.opis.perception.extras import confirm_extras
     from worldeval.opis.perception.identity import associate_observations, identify
     from worldeval.opis.perception.structure import measure_structure
@@ -127,7 +133,10 @@ def measure_frame(bank: ReferenceBank, frame: np.ndarray, backend: Backend, conf
     timer = timer or (lambda stage: nullcontext())
     st = FrameState(bank=bank, frame=frame, index=index)
     with timer("observation"):
-        observe(st, backend)
+        if observations is None:
+            observe(st, backend)
+        else:
+            st.obs = list(observations)
     with timer("camera"):
         camera(st, backend, config)
         project(st, backend, config)
@@ -136,6 +145,7 @@ def measure_frame(bank: ReferenceBank, frame: np.ndarray, backend: Backend, conf
     with timer("association"):
         associate_observations(st, backend.matcher, config)
         identify(st, config)
+        P.resolve_occlusion(st, config)
         confirm_extras(st, config)
     with timer("structure"):
         measure_structure(st, backend, config, judge)
@@ -186,4 +196,4 @@ def frame_records(st: FrameState) -> FrameResult:
             "instance_id": None, "category": obs[j].category, "status": "extra", "box": _box_list(obs[j].box),
             "appearance": None, "structure": None,
         })  # fmt: skip
-    return FrameResult(rows, objects, masks)
+    return FrameResult(rows, objects, masks, camera_record(st.cam))

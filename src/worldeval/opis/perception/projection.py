@@ -136,3 +136,55 @@ def seen_region(bank, cam, frame_shape, step: int = 8) -> np.ndarray | None:
     r = max(3, int(step * 1.5))
     mk = cv2.dilate(mk, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * r + 1, 2 * r + 1)))
     return mk.astype(bool)
+
+
+# ----------------------------------------------------------------------------- occlusion by what the frame shows
+
+
+def _median_depth(bank, cam, i: int) -> float | None:
+    """Median depth of instance i's projected query points in the frame's camera (None without depth)."""
+    _, z = cam.project(bank.query_points[i])
+    if z is None:
+        return None
+    z = z[np.isfinite(z) & (z > 0)]
+    return float(np.median(z)) if len(z) else None
+
+
+def _front_cover(st, i: int) -> np.ndarray:
+    """Union of the masks that may stand in front of static instance i: the observations matched to
+    other instances (a static one only when its projected depth, where the case has depth, is nearer)
+    and those of dynamic instances (they move, so I0's depth says nothing about where they are now)."""
+    bank, cam = st.bank, st.cam
+    cover = np.zeros(st.shape, bool)
+    zi = _median_depth(bank, cam, i) if cam.kind == "pnp" else None
+    for k, j in enumerate(st.assoc.match):
+        if j is None or k == i:
+            continue
+        if bank.tracks[k] == "static" and zi is not None:
+            zk = _median_depth(bank, cam, k)
+            if zk is None or zk >= zi:
+                continue
+        cover |= st.obs[j].mask
+    return cover
+
+
+def resolve_occlusion(st, config) -> None:
+    """Visibility of static instances the camera expects but association did not match.
+
+    Most of the projected region covered by a nearer matched observation or a dynamic object:
+    `occluded` (the object is hidden, not gone). Partly covered (between `partly_covered_share`
+    and `occluded_share`): the visible rest may be too little to find, so the evidence cannot
+    decide: `unknown`. Otherwise the instance stays expected visible, i.e. missing.
+    """
+    for i in range(st.n):
+        pr = st.projs[i] if i < len(st.projs) else None
+        if st.assoc.match[i] is not None or st.visibility[i] != EXPECTED or pr is None or pr.mask is None:
+            continue
+        area = int(pr.mask.sum())
+        if area == 0:
+            continue
+        share = float((pr.mask & _front_cover(st, i)).sum()) / area
+        if share >= config.occluded_share:
+            st.visibility[i] = OCCLUDED
+        elif share >= config.partly_covered_share:
+            st.visibility[i] = UNKNOWN

@@ -25,7 +25,9 @@ class ReferenceBank:
     background: np.ndarray  # H x W bool: I0 pixels outside every (dilated) instance mask
     embeddings: np.ndarray | None = None  # N x D
     attributes: list[dict[str, str]] = field(default_factory=list)
-    cache: dict[str, Any] = field(default_factory=dict)  # backend-private per-case data (features, templates)
+    # per-case data computed once: a backend's own (classical search templates) and the pipeline's
+    # (I0 keypoints inside each mask, I0 pose keypoints), keyed by who computed it
+    cache: dict[str, Any] = field(default_factory=dict)
 
     @property
     def image(self) -> np.ndarray:

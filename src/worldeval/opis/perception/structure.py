@@ -1,11 +1,21 @@
 """Structure measurements (paper section 4.3).
 
-* static (eq. 4): median distance between where the camera puts an instance's
-  correspondences and where they were matched, over the observed box diagonal,
-  `s = exp(-rho / lambda_g)`. Uses every selected correspondence, not only
-  camera inliers; needs a reliable camera and `min_correspondences`.
+* static (eq. 4, source `static`): with depth (the case's geometry or a depth
+  model's), median distance between where the background-fitted camera puts an
+  instance's depth-lifted I0 correspondences and where they were matched, over
+  the observed box diagonal, `s = exp(-rho / lambda_g)`. Uses every selected
+  correspondence, not only camera inliers; needs a reliable camera and
+  `min_correspondences`.
+* static_flat (no depth, source `static_flat`; not the paper's eq. 4): the
+  camera is a homography of the dominant plane, so the prediction is corrected
+  by one similarity per instance (position, scale, rotation: what parallax of an
+  off-plane rigid object does to first order) and the residual is scored as in
+  eq. 4. It measures how far the object's keypoints are from moving as one rigid
+  similarity: shear, stretch, squeeze and broken parts, not a drift in place.
 * pose (eq. 5): segment-length log-ratios against I0 after removing the
   median (one scale per instance), `s = mean exp(-|r - median r| / tau)`.
+  Landmarks are lifted to 3-D with depth (I0: the case's geometry; frame: the
+  backend's depth model) when both exist, else segments are measured in pixels.
 * claims: a VLM judges the case's structural claims for the object in the
   frame; supported fraction per claim family (answers below the confidence
   threshold or "unknown" do not count), then the mean over families.
@@ -21,7 +31,9 @@ import numpy as np
 def static_structure(
     bank, i: int, frame: np.ndarray, obs_box, cam, matcher, *, lambda_g: float = 0.05, min_correspondences: int = 6
 ) -> tuple[float | None, dict]:
-    """s_stat for instance i matched to an observation with box `obs_box`; None when not measurable."""
+    """s_stat for instance i matched to an observation with box `obs_box`; None when not measurable.
+
+    The info dict's `source` is `static` (eq. 4 with depth) or `static_flat` (no depth, see the module doc)."""
     if cam is None or not cam.reliable:
         return None, {"reason": "camera unreliable"}
     import cv2
@@ -67,7 +79,7 @@ def static_structure(
     if diag <= 0:
         return None, {"reason": "empty box"}
     rho = float(np.median(err)) / diag
-    return float(math.exp(-rho / lambda_g)), {"n": n, "rho": rho}
+    return float(math.exp(-rho / lambda_g)), {"n": n, "rho": rho, "source": "static" if z is not None else "static_flat"}
 
 
 def pose_structure(kp0, kp1, *, tau: float = 0.2, min_conf: float = 0.3, min_segments: int = 3) -> float | None:
@@ -187,25 +199,67 @@ def crop(image: np.ndarray, box, context: float = 0.1) -> np.ndarray:
     return np.ascontiguousarray(image[y0:max(y0 + 1, y1), x0:max(x0 + 1, x1)])
 
 
-def _pose(bank, i, frame, ob, pose, config) -> float | None:
-    cat = bank.categories[i]
+def lift_keypoints(kp, depth: np.ndarray, K: np.ndarray, radius: int = 2):
+    """Keypoints lifted to camera space (J x 3) with `depth`: the median depth of a small window
+    at each landmark (a thin limb's own pixel often shows the background). A landmark without
+    valid depth gets confidence 0, so its segments are not measured."""
+    from worldeval.opis.backends.base import Keypoints
+
+    if kp is None:
+        return None
+    Hd, Wd = depth.shape
+    z = np.zeros(len(kp.xy))
+    for k, (x, y) in enumerate(np.asarray(kp.xy, float)[:, :2]):
+        xi, yi = int(round(x)), int(round(y))
+        win = depth[max(0, yi - radius):min(Hd, yi + radius + 1), max(0, xi - radius):min(Wd, xi + radius + 1)]
+        win = win[np.isfinite(win) & (win > 0)]
+        z[k] = float(np.median(win)) if win.size else 0.0
+    xy = np.asarray(kp.xy, np.float64)[:, :2]
+    ray = np.concatenate([xy, np.ones((len(xy), 1))], 1) @ np.linalg.inv(K).T
+    conf = np.where(z > 0, np.asarray(kp.conf, np.float64), 0.0)
+    return Keypoints(xy=ray * z[:, None], conf=conf, edges=list(kp.edges))
+
+
+def _frame_depth(st, backend):
+    """(depth, K) of the frame from the backend's depth model, once per frame; None without one."""
+    if backend.depth is None or st.bank.case.geometry is None:
+        return None
+    if st.frame_depth is None:
+        from worldeval.opis.perception.camera import frame_intrinsics
+
+        d, K = backend.depth.estimate(st.frame)
+        geo = st.bank.case.geometry
+        K = np.asarray(K, np.float64) if K is not None else frame_intrinsics(geo.K, st.bank.shape, st.shape)
+        st.frame_depth = (np.asarray(d, np.float32), K)
+    return st.frame_depth
+
+
+def _pose(st, i, ob, backend, config) -> float | None:
+    """Eq. 5 on the landmarks in I0 and in the frame; lifted to 3-D (paper) when the case has depth and
+    the backend a depth model for the frame, else in image pixels."""
+    bank, pose, cat = st.bank, backend.pose, st.bank.categories[i]
     key = f"pose0:{bank.ids[i]}"
     if key not in bank.cache:
         bank.cache[key] = pose.keypoints(bank.image, bank.boxes[i], category=cat)
-    kp1 = pose.keypoints(frame, ob.box, category=cat)
-    return pose_structure(bank.cache[key], kp1, tau=config.pose_tau)
+    kp0, kp1 = bank.cache[key], pose.keypoints(st.frame, ob.box, category=cat)
+    fd = _frame_depth(st, backend) if kp0 is not None and kp1 is not None else None
+    if fd is not None:
+        geo = bank.case.geometry
+        kp0, kp1 = lift_keypoints(kp0, np.where(geo.valid, geo.depth, 0), geo.K), lift_keypoints(kp1, *fd)
+    return pose_structure(kp0, kp1, tau=config.pose_tau)
 
 
-def instance_structure(bank, i, frame, ob, cam, backend, config, judge) -> tuple[float | None, str | None]:
+def instance_structure(st, i, ob, backend, config, judge) -> tuple[float | None, str | None]:
     """(score, source) for instance i matched to observation `ob`: static residual for static
     instances; else pose keypoints where the backend has them for the category, else the claims judge."""
+    bank, frame, cam = st.bank, st.frame, st.cam
     if bank.tracks[i] == "static":
-        s, _ = static_structure(
+        s, info = static_structure(
             bank, i, frame, ob.box, cam, backend.matcher, lambda_g=config.lambda_g, min_correspondences=config.min_correspondences
         )
-        return (s, "static") if s is not None else (None, None)
+        return (s, info["source"]) if s is not None else (None, None)
     if backend.pose is not None and backend.pose.supports(bank.categories[i]):
-        s = _pose(bank, i, frame, ob, backend.pose, config)
+        s = _pose(st, i, ob, backend, config)
         if s is not None:
             return s, "pose"
     inst = bank.case.instances[i]
@@ -224,4 +278,4 @@ def measure_structure(st, backend, config, judge) -> None:
     for i in range(st.n):
         j = st.assoc.match[i]
         if j is not None:
-            st.structure[i], st.structure_source[i] = instance_structure(st.bank, i, st.frame, st.obs[j], st.cam, backend, config, judge)
+            st.structure[i], st.structure_source[i] = instance_structure(st, i, st.obs[j], backend, config, judge)

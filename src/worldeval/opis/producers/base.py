@@ -92,7 +92,7 @@ def produce_dataset(
         case_dirs = [p for p in case_dirs if p.name in wanted]
     ctx = ProduceContext(dataset=dataset, case_dirs=case_dirs, fps=fps, duration_s=duration_s, seed=seed)
     records: dict[str, dict] = {}
-    prepared = False
+    prepared = [False]  # the producer prepares once, before its first case that loads
     t_all = time.monotonic()
     for case_dir in case_dirs:
         cid = case_dir.name
@@ -104,24 +104,7 @@ def produce_dataset(
                 on_case(cid, rec)
             continue
         t0 = time.monotonic()
-        try:
-            case = load_case(case_dir)
-            if not prepared:
-                producer.prepare(ctx)
-                prepared = True
-            info = producer.produce(case, target, ctx) or {}
-            if not target.exists():
-                raise ProduceError(target, "video", f"producer {producer.name!r} wrote no file")
-            rec = {"case_id": cid, "status": "done", "video": str(target), "error": None, "info": info}
-        except (CaseError, ProduceError) as exc:
-            rec = {"case_id": cid, "status": "failed", "error": {"file": exc.file, "field": exc.field, "message": exc.reason}}
-        except Exception as exc:  # a producer bug must not stop the other cases
-            rec = {
-                "case_id": cid,
-                "status": "failed",
-                "error": {"file": str(case_dir), "field": producer.name, "message": f"{type(exc).__name__}: {exc}"},
-                "traceback": traceback.format_exc(limit=5),
-            }
+        rec = _produce_one(producer, ctx, case_dir, target, prepared)
         rec["seconds"] = round(time.monotonic() - t0, 3)
         records[cid] = rec
         if on_case:
@@ -146,6 +129,28 @@ def produce_dataset(
         "errors": [r["error"] for r in records.values() if r["status"] == "failed"],
         "seconds": manifest["seconds"],
     }
+
+
+def _produce_one(producer: Producer, ctx: ProduceContext, case_dir: Path, target: Path, prepared: list[bool]) -> dict:
+    cid = case_dir.name
+    try:
+        case = load_case(case_dir)
+        if not prepared[0]:
+            producer.prepare(ctx)
+            prepared[0] = True
+        info = producer.produce(case, target, ctx) or {}
+        if not target.exists():
+            raise ProduceError(target, "video", f"producer {producer.name!r} wrote no file")
+        return {"case_id": cid, "status": "done", "video": str(target), "error": None, "info": info}
+    except (CaseError, ProduceError) as exc:
+        return {"case_id": cid, "status": "failed", "error": {"file": exc.file, "field": exc.field, "message": exc.reason}}
+    except Exception as exc:  # a producer bug must not stop the other cases
+        return {
+            "case_id": cid,
+            "status": "failed",
+            "error": {"file": str(case_dir), "field": producer.name, "message": f"{type(exc).__name__}: {exc}"},
+            "traceback": traceback.format_exc(limit=5),
+        }
 
 
 def _previous_records(path: Path) -> dict[str, dict]:
