@@ -112,9 +112,11 @@ def _plain(v):
 def compute(tmp: Path, only=None) -> dict:
     """{name: {"rows": [...], "frames": [...]}} with rows sorted by (frame, instance, extra).
 
-    Frames are measured one at a time: with two frame threads a static structure
-    value was once seen to differ in the 5th decimal under heavy CPU load (a
-    race in a shared piece, not the refactor this file guards).
+    Frames are measured one at a time, so the comparison does not depend on thread
+    scheduling. (A static structure value was once seen to differ in the 4th
+    decimal under heavy CPU load, before `media.write_video` fixed x264's thread
+    count; the rollouts written here are now byte-identical run to run, and the
+    cause of that one difference was not established.)
     """
     import os
 

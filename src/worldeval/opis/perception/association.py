@@ -1,12 +1,19 @@
 """Partial one-to-one association of observations with the reference inventory (paper section 4.1).
 
 Affinity of (instance i, observation j) is a weighted mean of the evidence
-present: embedding similarity, attribute agreement, category agreement; the
-weights are renormalised over the kinds of evidence the pair actually has.
-A pair is eligible only when (a) it has appearance evidence of at least
-`min_appearance` (category agreement alone never establishes identity) and
-(b) for a static instance with a reliable projection, the observation lies
-where the geometry puts the instance (the geometric gate). The assignment
+present: colour-invariant structure likeness (`likeness.py`), keypoint
+evidence of the instance's own I0 keypoints, embedding similarity, attribute
+agreement, category agreement; the weights are renormalised over the kinds of
+evidence the pair actually has. A pair is eligible only when (a) it shows
+evidence that it is the object, not only that it is of its kind: a likeness
+(the larger of structure and keypoint evidence) of at least `min_likeness`
+(category agreement alone never establishes a match) and (b) for a static
+instance with a reliable projection, the observation lies where the geometry
+puts the instance (the geometric gate). Appearance (the colour-sensitive
+embedding cosine) only contributes to the affinity: identity (4.2) measures it
+on the match, so a recoloured object is matched with low appearance rather
+than left unmatched. Without a likeness matrix (callers that have none) the
+embedding cosine stands in for it. The assignment
 maximises total affinity (Hungarian, scipy), pairs below the association
 threshold are null, and a match whose runner-up (another distinct observation
 for the instance, or another unassigned instance for the observation) comes
@@ -20,6 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 
 W_EMBED, W_ATTR, W_CAT = 0.6, 0.15, 0.25
+# with a likeness matrix the colour-sensitive embedding counts less than the structure evidence
+W_STRUCT, W_KEYPOINTS, W_EMBED_WITH_STRUCT = 0.4, 0.25, 0.2
 
 
 @dataclass
@@ -28,6 +37,7 @@ class Association:
     similarity: np.ndarray  # N_ref x N_obs embedding cosine (NaN where missing)
     match: list[int | None]  # observation index per instance
     ambiguous: list[bool]
+    likeness: np.ndarray | None = None  # N_ref x N_obs evidence of being the object itself (see module doc)
 
 
 def _norm(s: str | None) -> str:
@@ -82,6 +92,25 @@ def geometric_gate(proj_box, obs_box, frame_shape, tol_frac: float = 0.05) -> bo
     return 0.6 <= r <= 1.67
 
 
+def likeness_matrix(structure: np.ndarray, keypoints: np.ndarray | None) -> np.ndarray:
+    """Evidence that observation j is instance i itself: the larger of structure and keypoint evidence."""
+    if keypoints is None:
+        return structure
+    return np.fmax(structure, keypoints)
+
+
+def _evidence(s_e: float, structure, keypoints, i: int, j: int) -> tuple[float, float]:
+    """(weighted sum, weight) of the appearance, structure and keypoint terms present for pair (i, j)."""
+    if structure is None:
+        return (W_EMBED * max(0.0, float(s_e)), W_EMBED) if np.isfinite(s_e) else (0.0, 0.0)
+    num, den = W_STRUCT * float(structure[i, j]), W_STRUCT
+    if np.isfinite(s_e):
+        num, den = num + W_EMBED_WITH_STRUCT * max(0.0, float(s_e)), den + W_EMBED_WITH_STRUCT
+    if keypoints is not None and np.isfinite(keypoints[i, j]):
+        num, den = num + W_KEYPOINTS * float(keypoints[i, j]), den + W_KEYPOINTS
+    return num, den
+
+
 def associate(
     ref_emb: np.ndarray | None,
     obs_emb: np.ndarray | None,
@@ -99,26 +128,35 @@ def associate(
     provenance: np.ndarray | None = None,
     foreign_min_appearance: float = 0.5,
     instance_min_appearance: list[float] | None = None,
+    structure: np.ndarray | None = None,
+    keypoints: np.ndarray | None = None,
 ) -> Association:
     """`provenance[i, j]` is true when observation j was found by searching for instance i (or by a
     search that names no instance); an observation found for another instance needs the higher
-    `foreign_min_appearance` before it can be matched to i."""
+    `foreign_min_appearance` likeness before it can be matched to i.
+
+    `structure[i, j]` in [0, 1] is colour-invariant structure likeness and `keypoints[i, j]` in [0, 1]
+    the instance's own keypoint evidence (NaN: none). With `structure`, the floors `min_appearance`,
+    `foreign_min_appearance` and `instance_min_appearance` apply to the likeness max(structure, keypoints)
+    instead of the embedding cosine."""
     from scipy.optimize import linear_sum_assignment
 
     n, m = len(ref_categories), len(obs_categories)
     aff = np.full((n, m), np.nan)
     sim = np.full((n, m), np.nan)
     if n == 0 or m == 0:
-        return Association(aff, sim, [None] * n, [False] * n)
+        return Association(aff, sim, [None] * n, [False] * n, np.full((n, m), np.nan))
     if ref_emb is not None and obs_emb is not None:
         a = ref_emb / (np.linalg.norm(ref_emb, axis=1, keepdims=True) + 1e-12)
         b = obs_emb / (np.linalg.norm(obs_emb, axis=1, keepdims=True) + 1e-12)
         sim = a @ b.T
+    like = sim if structure is None else likeness_matrix(structure, keypoints)
     for i in range(n):
         floor = min_appearance if instance_min_appearance is None else max(min_appearance, instance_min_appearance[i])
         for j in range(m):
-            if _eligible(sim, i, j, floor, provenance, foreign_min_appearance) and (gates is None or gates[i, j]):
-                aff[i, j] = _affinity(sim[i, j], ref_attrs[i], obs_attrs[j], ref_categories[i], obs_categories[j])
+            if _eligible(like, i, j, floor, provenance, foreign_min_appearance) and (gates is None or gates[i, j]):
+                num, den = _evidence(sim[i, j], structure, keypoints, i, j)
+                aff[i, j] = _affinity(num, den, ref_attrs[i], obs_attrs[j], ref_categories[i], obs_categories[j])
     cost = np.where(np.isfinite(aff), -aff, 1e3)
     rows, cols = linear_sum_assignment(cost)
     match: list[int | None] = [None] * n
@@ -129,11 +167,12 @@ def associate(
     for i in range(n):
         if ambiguous[i]:
             match[i] = None
-    return Association(aff, sim, match, ambiguous)
+    return Association(aff, sim, match, ambiguous, like)
 
 
 def _eligible(sim, i, j, floor, provenance, foreign_min_appearance) -> bool:
-    """Pair (i, j) has enough appearance evidence, and clearer evidence when j was found for another instance."""
+    """Pair (i, j) has enough likeness (`sim`: the likeness matrix, or the embedding cosine without one),
+    and clearer likeness when j was found for another instance."""
     s_e = sim[i, j]
     if not np.isfinite(s_e) or s_e < floor:
         return False
@@ -146,9 +185,9 @@ def _eligible(sim, i, j, floor, provenance, foreign_min_appearance) -> bool:
     return True
 
 
-def _affinity(s_e, ref_attrs, obs_attrs, ref_category, obs_category) -> float:
-    """Weighted mean of the evidence the pair has (embedding, attributes, category), weights renormalised."""
-    num, den = W_EMBED * max(0.0, float(s_e)), W_EMBED
+def _affinity(num, den, ref_attrs, obs_attrs, ref_category, obs_category) -> float:
+    """Weighted mean of the evidence the pair has (`num / den` so far from `_evidence`; attributes,
+    category), weights renormalised."""
     s_a = attribute_similarity(ref_attrs, obs_attrs) if ref_attrs and obs_attrs else None
     if s_a is not None:
         num += W_ATTR * s_a

@@ -19,9 +19,11 @@ class EvalConfig(BaseModel):
     stride: int = 8
     skip_seconds: float = 1.0
     max_side: int | None = None  # decode frames at most this large (None: native size)
-    foreign_min_appearance: float = 0.5  # appearance needed to match an observation another instance's search found
+    min_likeness: float = 0.35  # colour-invariant evidence (structure or own keypoints) a pair needs to be eligible
+    min_edge_energy: float = 0.6  # edge energy share of the reference below which structure likeness is scaled down
+    foreign_min_appearance: float = 0.5  # likeness needed to match an observation another instance's search found
     weak_tie_affinity: float = 0.5  # a static instance's ambiguity between finds all below this counts as missing
-    ungated_min_appearance: float = 0.5  # appearance a static instance needs when no reliable camera gates it
+    ungated_min_appearance: float = 0.55  # likeness a dynamic instance, or a static instance needs when no reliable camera gates it
     gate_tolerance: float = 0.05  # geometric gate margin, share of the frame diagonal
     min_in_view: float = 0.5  # share of projected query points inside the frame to count as in view
     min_side_px: float = 10.0  # projected instance smaller than this (either side) is too small

@@ -1,22 +1,31 @@
 """Extras stage: unmatched observations that count as extra objects (SPEC section 3).
 
 Only inside the part of the frame that shows content seen in I0 (needs a
-reliable camera), only when the observation looks like an object (it resembles
-an inventory object at least `extra_min_similarity`, and nearly as much as that
-object's own match when it has one: a second copy), and never when it can be
-attributed to a reference instance that is not accounted for (occluded, out of
-view, unknown), to a matched observation, or to the projected place of a static
-instance.
+reliable camera), and never when the observation can be attributed to a
+reference instance that is not accounted for (occluded, out of view, unknown),
+to a matched observation, or to the projected place of a static instance.
+Two routes:
+
+* the segmenter's unmatched observations: its own detections for an inventory
+  phrase (route `open` with a category, e.g. the hf backend's SAM 3 segments) count
+  whatever they look like; finds of a search for an instance (and phrase-less
+  segments) must look like an object (resemble an inventory object at least
+  `extra_min_similarity`, and nearly as much as that object's own match when it
+  has one: a second copy), or be a strong find;
+* new content (`changes.py`): compact regions where the frame differs from I0
+  warped by the camera, whatever they look like; attributable when an unaccounted
+  instance's structure likeness reaches `min_likeness`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from worldeval.opis.backends.base import ROUTE_PROJECTION, ROUTE_TEMPLATE
+from worldeval.opis.backends.base import ROUTE_OPEN, ROUTE_PROJECTION, ROUTE_TEMPLATE
 from worldeval.opis.perception import projection as P
 from worldeval.opis.perception.association import box_iou
 
+UNACCOUNTED = (P.OCCLUDED, P.OUT_OF_VIEW, P.UNKNOWN, P.TOO_SMALL)  # reference states an unmatched find may be
 WHOLE = 0.85  # completeness a strong find needs to count as a copy on its own
 
 
@@ -63,16 +72,43 @@ def _explained(st, j: int, i_best: int, strong: bool, matched: set, conf: float,
            for i, pr in enumerate(st.projs)):
         return True
     for i in range(st.n):
-        if st.assoc.match[i] is None and st.visibility[i] in (P.OCCLUDED, P.OUT_OF_VIEW, P.UNKNOWN, P.TOO_SMALL):
+        if st.assoc.match[i] is None and st.visibility[i] in UNACCOUNTED:
             if np.isfinite(sim[i, j]) and sim[i, j] >= max(config.association_threshold, conf - config.extra_margin):
                 return True
     return False
 
 
+
+def new_content_extras(st, seen, config) -> None:
+    """Add confirmed change-route candidates to the observations and the extras."""
+    from worldeval.opis.perception.changes import change_candidates
+    from worldeval.opis.perception.likeness import structure_similarity
+
+    cands = [c for c in change_candidates(st, seen)
+             if not any(same_place(c.mask, st.obs[k].mask) for k in st.extras)]
+    if not cands:
+        return
+    corr, energy = structure_similarity(st.bank, st.frame, cands)
+    like = np.clip(corr, 0, 1) * np.minimum(1.0, energy / config.min_edge_energy)
+    open_i = [i for i in range(st.n) if st.assoc.match[i] is None and st.visibility[i] in UNACCOUNTED]
+    for c, col in zip(cands, like.T):
+        if open_i and float(np.max(col[open_i])) >= config.min_likeness:
+            continue
+        st.obs.append(c)
+        st.extras.append(len(st.obs) - 1)
+
+
 def confirm_extras(st, config) -> None:
     st.extras = []
     seen = P.seen_region(st.bank, st.cam, st.shape)
-    if seen is None or not len(st.obs):
+    if seen is None:
+        return
+    search_extras(st, seen, config)
+    new_content_extras(st, seen, config)
+
+
+def search_extras(st, seen, config) -> None:
+    if not len(st.obs):
         return
     assoc, sim = st.assoc, st.assoc.similarity
     matched = {j for j in assoc.match if j is not None}
@@ -84,9 +120,13 @@ def confirm_extras(st, config) -> None:
             continue
         i_best = int(np.nanargmax(col))
         conf = float(col[i_best])
-        if conf < config.extra_min_similarity:
+        # a segmenter's own detection for an inventory phrase is an object whatever it looks like
+        # (SPEC section 3); a search find, or a phrase-less segment (SAM 2's point grid segments
+        # the background too), is one only if it looks like an inventory object
+        own = o.route == ROUTE_OPEN and o.category is not None
+        strong = own or strong_find(o, config)
+        if not own and conf < config.extra_min_similarity:
             continue
-        strong = strong_find(o, config)
         # a weak find counts only as a second copy of an object matched elsewhere in the frame
         if not strong and (st.appearance[i_best] is None or conf < st.appearance[i_best] - config.extra_margin):
             continue
