@@ -559,7 +559,7 @@ def _discard_pool(pool) -> None:
 
 def _kill_pool(pool) -> None:
     """SIGKILL the pool's worker processes (private API; best effort)."""
-    for proc in list(getattr(pool, "_processes", {}).values()):
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
         try:
             proc.kill()
         except Exception:
@@ -569,7 +569,7 @@ def _kill_pool(pool) -> None:
 def _exitcodes(pool) -> list:
     """Exit codes of the pool's processes (-9: SIGKILL, e.g. the OOM killer); best effort, private API."""
     try:
-        return sorted({p.exitcode for p in list(getattr(pool, "_processes", {}).values())}, key=str)
+        return sorted({p.exitcode for p in list((getattr(pool, "_processes", None) or {}).values())}, key=str)
     except Exception:
         return []
 

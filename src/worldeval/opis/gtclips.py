@@ -402,8 +402,8 @@ def shown_masks(clip: GTClip, variant: str, t: int, paste: Paste | None = None) 
 
 def write_variant(clip: GTClip, variant: str, path: str | Path, fps: float | None = None, paste: Paste | None = None,
                   crf: int = 0) -> Path:
-    """The variant as an H.264 mp4. Lossless by default: x264's lossy output differs a little from
-    one encode to the next, and an audit must measure the same pixels every time it is rerun."""
+    """The variant as an H.264 mp4. Lossless by default: the audit compares decisions with
+    the ground-truth masks, so it measures the clip's own pixels rather than compression artefacts."""
     from worldeval.media import write_video
 
     return write_video(path, variant_frames(clip, variant, paste), fps or clip.fps, crf=crf)
