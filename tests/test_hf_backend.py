@@ -8,7 +8,6 @@ that gives the same answer as one-at-a-time, masks honoured, clear errors.
 
 from __future__ import annotations
 
-import os
 from types import SimpleNamespace
 
 import numpy as np
@@ -23,22 +22,11 @@ from worldeval.opis.backends.hf_embed import DinoEmbedder, color_histogram  # no
 from worldeval.opis.backends.hf_geometry import HFDepthEstimator, HFMatcher, disparity_to_depth  # noqa: E402
 from worldeval.opis.backends.hf_pose import VitPoseEstimator, category_kind  # noqa: E402
 from worldeval.opis.backends.hf_segment import Sam2Segmenter, Sam3Segmenter  # noqa: E402
-from worldeval.opis.backends.hf_tiny import build_tiny_models  # noqa: E402
 
 CPU = torch.device("cpu")
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    old = os.environ.get("HF_HUB_OFFLINE")
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    try:
-        yield build_tiny_models(tmp_path_factory.mktemp("hf_tiny"))
-    finally:
-        if old is None:
-            os.environ.pop("HF_HUB_OFFLINE", None)
-        else:
-            os.environ["HF_HUB_OFFLINE"] = old
+from hf_fixtures import tiny  # noqa: E402,F401  (the shared tiny-model fixture)
 
 
 def _scene(h=90, w=120, seed=0):

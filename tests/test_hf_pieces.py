@@ -8,7 +8,6 @@ real frames), and clear errors where a config cannot be honoured.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -24,24 +23,13 @@ from worldeval.opis.backends.hf_geometry import HFDepthEstimator, HFMatcher, rel
 from worldeval.opis.backends.hf_pose import VitPoseEstimator  # noqa: E402
 from worldeval.opis.backends.hf_preprocess import TensorPrep  # noqa: E402
 from worldeval.opis.backends.hf_segment import Sam3Segmenter  # noqa: E402
-from worldeval.opis.backends.hf_tiny import build_tiny_models  # noqa: E402
 
 CPU = torch.device("cpu")
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 BMX = DATA / "davis_bmx_trees"
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    old = os.environ.get("HF_HUB_OFFLINE")
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    try:
-        yield build_tiny_models(tmp_path_factory.mktemp("hf_tiny"))
-    finally:
-        if old is None:
-            os.environ.pop("HF_HUB_OFFLINE", None)
-        else:
-            os.environ["HF_HUB_OFFLINE"] = old
+from hf_fixtures import tiny  # noqa: E402,F401  (the shared tiny-model fixture)
 
 
 def _frame(k: int = 0) -> np.ndarray:
