@@ -129,24 +129,34 @@ def _coco_run(tmp_path: Path, ids: list[str], **cfg):
     return out, summary, truth, transport
 
 
+# IoU of each large (>= 10% of the image) instance of reporting photos 142 and 387 (hold-out split,
+# worldeval.opis.holdout) as benchmarks/build_coco_iou.py measures it at seed 0, rounded down to 0.01
+# (0.973, 0.855, 0.804; laptops 0.851 and 0.809). The third reporting photo, 599 (cat 0.595, couch
+# 0.725), is left to the benchmark: its GrabCut alone takes longer than this whole test.
+REPORTING_LARGE_IOU = {("000000000142", "bottle"): [0.97], ("000000000142", "banana"): [0.85],
+                       ("000000000142", "sandwich"): [0.80], ("000000000387", "laptop"): [0.85, 0.80]}
+
+
 @pytest.mark.slow
 def test_grabcut_fallback_recovers_the_known_coco_instances(tmp_path):
-    out, summary, truth, transport = _coco_run(tmp_path, ["000000000387", "000000000142"])
-    assert summary["accepted"] == ["000000000387", "000000000142"] and not summary["failed"]
-    assert [p.name for p in iter_case_dirs(out)] == ["000000000142", "000000000387"]
-    ious = {}
+    ids = ["000000000387", "000000000142"]
+    out, summary, truth, transport = _coco_run(tmp_path, ids)
+    assert summary["accepted"] == ids and not summary["failed"]
+    assert [p.name for p in iter_case_dirs(out)] == sorted(ids)
+    large: dict[tuple[str, str], list[float]] = {}
     for cid, objs in truth.items():
         case = load_case(out / cid)
         assert case.spec.instruction == TASK["instruction"]
         assert case.spec.camera().keyframes[1].yaw_deg == -8.0  # pan-left-return, amount 8
         for name, m, frac in objs:
             best = max(case.masks, key=lambda k: mask_iou(case.masks[k], m))
-            ious[(cid, name, frac)] = mask_iou(case.masks[best], m)
             if frac >= 0.1:
+                large.setdefault((cid, name), []).append(mask_iou(case.masks[best], m))
                 cat = next(i.category for i in case.instances if i.id == best)
                 assert cat == normalize(name) or cat == "table", (name, cat)
-    large = {k: v for k, v in ious.items() if k[2] >= 0.1}
-    assert len(large) == 5 and min(large.values()) >= 0.8, ious
+    assert sorted(large) == sorted(REPORTING_LARGE_IOU), large
+    for key, floors in REPORTING_LARGE_IOU.items():
+        assert all(v >= f for v, f in zip(large[key], floors)) and len(large[key]) == len(floors), (key, large[key])
     log = read_jsonl(out / "build_log.jsonl")
     seg = [r for r in log if r.get("step") == "segment"]
     assert len(seg) == 2 and all("classical fallback" in r["method"] for r in seg)
