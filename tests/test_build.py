@@ -17,9 +17,10 @@ import pytest
 from PIL import Image
 
 from worldeval.judge import JudgeCache, JudgeClient, JudgeConfig, MockTransport
-from worldeval.opis.annotate import mask_iou
+from worldeval.opis.annotate import ObjectPrompt, mask_iou
 from worldeval.opis.build import BuildConfig, build_dataset, image_states
 from worldeval.opis.build_phrases import clean_phrases, normalize
+from worldeval.opis.build_segment import _split_contested, _two_label_cut
 from worldeval.opis.case import iter_case_dirs, load_case
 from worldeval.runs import read_jsonl
 
@@ -131,9 +132,9 @@ def _coco_run(tmp_path: Path, ids: list[str], **cfg):
 
 # IoU of each large (>= 10% of the image) instance of reporting photos 142 and 387 (hold-out split,
 # worldeval.opis.holdout) as benchmarks/build_coco_iou.py measures it at seed 0, rounded down to 0.01
-# (0.973, 0.855, 0.804; laptops 0.851 and 0.809). The third reporting photo, 599 (cat 0.595, couch
+# (0.965, 0.855, 0.804; laptops 0.851 and 0.809). The third reporting photo, 599 (cat 0.595, couch
 # 0.725), is left to the benchmark: its GrabCut alone takes longer than this whole test.
-REPORTING_LARGE_IOU = {("000000000142", "bottle"): [0.97], ("000000000142", "banana"): [0.85],
+REPORTING_LARGE_IOU = {("000000000142", "bottle"): [0.96], ("000000000142", "banana"): [0.85],
                        ("000000000142", "sandwich"): [0.80], ("000000000387", "laptop"): [0.85, 0.80]}
 
 
@@ -167,6 +168,40 @@ def test_grabcut_fallback_recovers_the_known_coco_instances(tmp_path):
     assert {"phrase": "dining table", "action": "merged", "concept": "table", "reason": "synonym of 'table'"} \
         in phr["decisions"]
     assert transport.count() == 4  # one screening and one task request per image
+
+
+def _side_by_side(seed: int = 0):
+    """Two pink blocks on blue, a dark 5 px gap between them; the left mask reaches 15 px over the right
+    block, the right mask 5 px over the left one (so the middle of the contested band is not the gap)."""
+    rng = np.random.default_rng(seed)
+    img = np.zeros((60, 100, 3), np.float64)
+    img[:] = (30, 40, 160)
+    img[10:50, 5:45] = img[10:50, 50:95] = (225, 60, 150)
+    img[10:50, 45:50] = (20, 20, 25)
+    img = np.clip(img + rng.normal(0, 6, img.shape), 0, 255).astype(np.uint8)
+    left = np.zeros((60, 100), bool)
+    right = np.zeros((60, 100), bool)
+    left[10:50, 5:65] = True
+    right[10:50, 40:95] = True
+    return img, left, right
+
+
+def test_contested_pixels_of_side_by_side_instances_follow_the_visible_gap():
+    img, left, right = _side_by_side()
+    both = left & right
+    to_right = _two_label_cut(img, left & ~both, right & ~both, both, seed=0)
+    # the cut runs along the gap (columns 45-49), not along either mask's edge (40 or 64) or midway (52)
+    assert not to_right[:, 40:45].any() and to_right[10:50, 50:65].all()
+    # through grabcut_from_boxes: boxes overlapping with neither holding the other get the split ...
+    prompts = [ObjectPrompt(phrase="block", box=[5, 10, 60, 40]), ObjectPrompt(phrase="block", box=[40, 10, 55, 40])]
+    masks = {0: left.copy(), 1: right.copy()}
+    _split_contested(img, prompts, masks, seed=0)
+    assert not (masks[0] & masks[1]).any() and masks[1][10:50, 50:65].all() and masks[0][10:50, 40:45].all()
+    # ... and a box held by another keeps its claim for the smaller-mask rule (it is taken to be in front)
+    held = [ObjectPrompt(phrase="block", box=[5, 10, 90, 40]), ObjectPrompt(phrase="block", box=[40, 10, 55, 40])]
+    masks = {0: left.copy(), 1: right.copy()}
+    _split_contested(img, held, masks, seed=0)
+    assert (masks[0] == left).all() and (masks[1] == right).all()
 
 
 def test_labels_from_the_vlm_and_overrides(tmp_path):
