@@ -195,33 +195,6 @@ def test_static_structure_with_depth_is_eq4_static():
     assert info2["source"] == "static_flat" and s2 > 0.9
 
 
-def test_static_flat_structure_sees_a_drift_in_place_through_the_surrounding_background():
-    """Without depth the homography's prediction is corrected by the background around the object,
-    not by the object's own keypoints: an object shifted by 12 px on an unchanged background has
-    rho = 12 / (60 * sqrt 2) = 0.141 over its box diagonal, s = exp(-0.141 / 0.05) = 0.059."""
-    from worldeval.opis.backends.classical import SiftMatcher
-    from worldeval.opis.perception.camera import estimate_camera
-    from worldeval.opis.perception.structure import static_structure
-
-    img = _noise((H, W), 0)
-    obj = _noise((60, 60), 11, blur=0.8, red=True)
-    img[A] = obj
-    bank = build_reference(_case(img, {"a": A}, {"a": "static"}))
-    frame = img.copy()
-    frame[A] = cv2.GaussianBlur(_noise((60, 60), 5), (0, 0), 3)  # the old place, refilled
-    frame[40:100, 42:102] = obj  # 12 px to the right
-    m = SiftMatcher()
-    cam = estimate_camera(bank, frame, m)
-    assert cam.reliable and cam.kind == "homography"
-    box = (42.0, 40.0, 60.0, 60.0)
-    s, info = static_structure(bank, 0, frame, box, cam, m)
-    assert info["source"] == "static_flat" and info["correction"] == "surround"
-    assert info["rho"] == pytest.approx(12 / np.hypot(60, 60), abs=0.02)
-    assert s == pytest.approx(np.exp(-12 / np.hypot(60, 60) / 0.05), abs=0.03)
-    s0, info0 = static_structure(bank, 0, img, bank.boxes[0], estimate_camera(bank, img, m), m)
-    assert info0["correction"] == "surround" and s0 > 0.9  # in place: unchanged
-
-
 # ----------------------------------------------------------------------------- pose lifted with depth (eq. 5)
 
 

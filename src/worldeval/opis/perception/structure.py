@@ -7,14 +7,11 @@
   correspondence, not only camera inliers; needs a reliable camera and
   `min_correspondences`.
 * static_flat (no depth, source `static_flat`; not the paper's eq. 4): the
-  camera is a homography of the dominant plane, and an object off that plane is
-  shifted and scaled by parallax. The prediction is corrected by one similarity
-  fitted on the background *around* the object (a ring of unannotated I0 content
-  about its box: what stands next to it moves with it under parallax), and the
-  residual is scored as in eq. 4: a static object that drifted from its place,
-  grew or shrank, or changed shape shows. Where the ring has too few matches the
-  similarity is fitted on the object's own correspondences instead (then only
-  shear, stretch, squeeze and broken parts show, not a drift in place).
+  camera is a homography of the dominant plane, so the prediction is corrected
+  by one similarity per instance (position, scale, rotation: what parallax of an
+  off-plane rigid object does to first order) and the residual is scored as in
+  eq. 4. It measures how far the object's keypoints are from moving as one rigid
+  similarity: shear, stretch, squeeze and broken parts, not a drift in place.
 * pose (eq. 5): segment-length log-ratios against I0 after removing the
   median (one scale per instance), `s = mean exp(-|r - median r| / tau)`.
   Landmarks are lifted to 3-D with depth (I0: the case's geometry; frame: the
@@ -59,11 +56,19 @@ def static_structure(
     if n < min_correspondences:
         return None, {"reason": f"{n} correspondences", "n": n}
     pred, z = cam.project(corr.pts0)
-    correction = None
     if z is None:
-        M, correction = _parallax_correction(bank, i, frame, cam, matcher, pred, corr.pts1, obs_box, min_correspondences)
-        if M is not None:
-            pred = pred @ M[:, :2].T + M[:, 2]
+        # Without depth the camera is a homography of the dominant plane; an object standing
+        # off that plane is shifted and scaled by parallax. One similarity correction per
+        # instance (4 dof: no shear, no anisotropic scale, so a squeezed shape still shows)
+        # absorbs that before the residual is measured.
+        fin = np.all(np.isfinite(pred), axis=1)
+        if fin.sum() >= 3:
+            M, _ = cv2.estimateAffinePartial2D(
+                pred[fin].astype(np.float32), corr.pts1[fin].astype(np.float32), method=cv2.RANSAC,
+                ransacReprojThreshold=max(2.0, 0.03 * math.hypot(obs_box[2], obs_box[3])),
+            )
+            if M is not None:
+                pred = pred @ M[:, :2].T + M[:, 2]
     err = np.linalg.norm(pred - corr.pts1, axis=1)
     if z is not None:
         err = err[z > 0]
@@ -74,47 +79,7 @@ def static_structure(
     if diag <= 0:
         return None, {"reason": "empty box"}
     rho = float(np.median(err)) / diag
-    info = {"n": n, "rho": rho, "source": "static" if z is not None else "static_flat", "correction": correction}
-    return float(math.exp(-rho / lambda_g)), info
-
-
-def _similarity(src: np.ndarray, dst: np.ndarray, box) -> np.ndarray | None:
-    """4-dof similarity src -> dst (RANSAC; no shear, no anisotropic scale, so a squeeze still shows)."""
-    import cv2
-
-    fin = np.all(np.isfinite(src), axis=1)
-    if fin.sum() < 3:
-        return None
-    M, _ = cv2.estimateAffinePartial2D(
-        src[fin].astype(np.float32), dst[fin].astype(np.float32), method=cv2.RANSAC,
-        ransacReprojThreshold=max(2.0, 0.03 * math.hypot(box[2], box[3])),
-    )
-    return M
-
-
-def surround_mask(bank, i: int, grow: float = 0.5) -> np.ndarray:
-    """I0 background (no annotated instance) within `grow` box sides of instance i's box."""
-    x, y, w, h = bank.boxes[i]
-    H0, W0 = bank.shape
-    g = grow * max(w, h)
-    ring = np.zeros((H0, W0), bool)
-    ring[max(0, int(y - g)) : int(y + h + g) + 1, max(0, int(x - g)) : int(x + w + g) + 1] = True
-    return ring & bank.background
-
-
-def _parallax_correction(bank, i, frame, cam, matcher, pred, pts1, obs_box, min_correspondences):
-    """(similarity, how) correcting a homography's prediction for an off-plane object: fitted on the
-    ring of background around it ("surround"), else on the object's own matches ("self")."""
-    ring0 = surround_mask(bank, i)
-    if ring0.sum() >= 16:
-        corr = matcher.match(bank.image, frame, mask0=ring0, mask1=None)
-        if len(corr.pts0) >= min_correspondences:
-            rp, _ = cam.project(corr.pts0)
-            M = _similarity(rp, corr.pts1, obs_box)
-            if M is not None:
-                return M, "surround"
-    M = _similarity(pred, pts1, obs_box)
-    return M, None if M is None else "self"
+    return float(math.exp(-rho / lambda_g)), {"n": n, "rho": rho, "source": "static" if z is not None else "static_flat"}
 
 
 def pose_structure(kp0, kp1, *, tau: float = 0.2, min_conf: float = 0.3, min_segments: int = 3) -> float | None:
