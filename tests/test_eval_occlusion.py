@@ -6,7 +6,8 @@
   an unreliable camera, and a static object that is gone is then `unknown`, never missing.
 - Static Structure without depth is labelled `static_flat`, with depth `static`.
 - A texture-poor static instance is proposed at its projected place without keypoint support;
-  a strong template find counts as an extra copy only with the object's grey-level likeness.
+  a strong template find counts as an extra copy only with the object's grey-level likeness;
+  a firm structure likeness stands in for keypoint support (a recoloured object).
 """
 
 from __future__ import annotations
@@ -161,6 +162,26 @@ def test_a_strong_template_find_is_a_copy_only_with_the_objects_structure(likene
     )
     search_extras(st, np.ones((H, W), bool), EvalConfig())
     assert st.extras == ([1] if is_extra else [])
+
+
+@pytest.mark.parametrize("structure, open_gate", [(0.8, True), (0.7, False)])
+def test_firm_structure_likeness_stands_in_for_keypoint_support(structure, open_gate):
+    """A template find at a textured static instance's place that shows none of its keypoints (a
+    hue change alters luma, and SIFT descriptors with it) keeps its gate only when its grey-level
+    structure matches at least `firm_likeness` (0.75)."""
+    from worldeval.opis.backends.base import ROUTE_TEMPLATE, Observation
+    from worldeval.opis.backends.classical import SiftMatcher
+    from worldeval.opis.perception.identity import require_keypoint_support
+
+    img = _noise((H, W), 0)
+    textured = _noise((60, 60), 11, blur=0.8, red=True)
+    img[A] = textured
+    st = _place_state(img, img, cv2.GaussianBlur(textured, (0, 0), 6))
+    st.n = 1
+    st.obs = [Observation(mask=_mask(A), box=(30.0, 40.0, 60.0, 60.0), route=ROUTE_TEMPLATE, score=0.9, found_for=["a"])]
+    gates = np.ones((1, 1), bool)
+    require_keypoint_support(st, gates, SiftMatcher(), EvalConfig(), np.array([[structure]]))
+    assert bool(gates[0, 0]) is open_gate
 
 
 @pytest.fixture(scope="module")
