@@ -156,6 +156,12 @@ def test_checks_follow_what_the_pieces_declare():
     assert got == {"keypoint_support": True, "search_provenance": True, "extras_by_keypoints": True,
                    "extras_by_template": True, "place_proposals": True, "static_structure": True,
                    "pose_structure": False, "claims_structure": False}  # fmt: skip
+    # the camera's background budget is a backend option like the others (strings converted)
+    tuned = build_backend(pose="none", background_features="120", contrast_floor="0.01").matcher
+    assert (tuned.background_features, tuned.contrast_floor) == (120, 0.01)
+    assert "background=120@0.01" in tuned.versions["matcher"]
+    with pytest.raises(ValueError, match="contrast_floor"):
+        build_backend(pose="none", contrast_floor="low")
 
     class OpenSegmenter:  # declares no optional evidence, like the hf segmenters
         name, versions, evidence = "open", {}, frozenset()

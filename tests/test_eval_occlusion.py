@@ -5,6 +5,9 @@
 - The camera is fitted on the unannotated background only: a background without texture gives
   an unreliable camera, and a static object that is gone is then `unknown`, never missing.
 - Static Structure without depth is labelled `static_flat`, with depth `static`.
+- A texture-poor static instance is proposed at its projected place without keypoint support;
+  a strong template find counts as an extra copy only with the object's grey-level likeness;
+  a firm structure likeness stands in for keypoint support (a recoloured object).
 """
 
 from __future__ import annotations
@@ -96,6 +99,89 @@ def test_with_depth_only_a_nearer_static_object_occludes():
 
 
 # ----------------------------------------------------------------------------- the whole frame pipeline
+
+
+def _place_state(img, frame, place_img):
+    """A frame state with one static instance `a` at A, expected where an identity camera puts it."""
+    case = _case(img, {"a": A}, {"a": "static"})
+    bank = build_reference(case)
+    cam = SimpleNamespace(reliable=True, kind="homography", project=lambda q: (np.asarray(q, float).reshape(-1, 2), None))
+    proj = P.Projection(points=bank.query_points[0], inside=np.ones(len(bank.query_points[0]), bool),
+                        box=(30.0, 40.0, 60.0, 60.0), mask=_mask(A), state=P.EXPECTED, in_view_fraction=1.0)  # fmt: skip
+    f = frame.copy()
+    f[A] = place_img
+    return SimpleNamespace(bank=bank, cam=cam, projs=[proj], obs=[], frame=f, shape=(H, W))
+
+
+def test_place_proposal_asks_for_the_keypoints_a_find_must_show():
+    """A texture-poor static instance (too few I0 keypoints to show 3) is proposed at its projected
+    place with no keypoint support, for association to judge by its structure there; a textured one
+    is proposed only where its own keypoints land where the camera puts them."""
+    from worldeval.opis.backends.classical import SiftMatcher
+    from worldeval.opis.perception.places import propose_places, support_needed
+
+    m, cfg = SiftMatcher(), EvalConfig()
+    img = _noise((H, W), 0)
+    plain = np.zeros((60, 60, 3), np.uint8)
+    plain[:, :] = (200, 60, 40)
+    plain[20:40, 20:40] = (60, 60, 200)  # one square: 4 corners, no texture
+    img_plain = img.copy()
+    img_plain[A] = plain
+    st = _place_state(img_plain, img_plain, plain)
+    assert support_needed(st.bank, 0, st.cam, st.shape, m, cfg.min_correspondences) == 0
+    got = propose_places(st, m, cfg)
+    assert len(got) == 1 and got[0].found_for == ["a"] and got[0].box == (30.0, 40.0, 60.0, 60.0)
+
+    textured = _noise((60, 60), 11, blur=0.8, red=True)
+    img_tex = img.copy()
+    img_tex[A] = textured
+    need = support_needed(build_reference(_case(img_tex, {"a": A}, {"a": "static"})), 0, st.cam, st.shape, m, 6)
+    assert need >= 3
+    assert len(propose_places(_place_state(img_tex, img_tex, textured), m, cfg)) == 1  # in place: supported
+    smear = cv2.GaussianBlur(textured, (0, 0), 6)  # its keypoints gone
+    assert propose_places(_place_state(img_tex, img_tex, smear), m, cfg) == []
+
+
+@pytest.mark.parametrize("likeness, is_extra", [(0.9, True), (0.2, False)])
+def test_a_strong_template_find_is_a_copy_only_with_the_objects_structure(likeness, is_extra):
+    """An unmatched near-perfect template correlation that resembles the matched instance (appearance
+    0.8) counts as a second copy when its grey-level likeness is 0.9, not when it is 0.2 (a thin
+    bright shape correlating with a thin object's template)."""
+    from worldeval.opis.backends.base import ROUTE_TEMPLATE, Observation
+    from worldeval.opis.perception.extras import search_extras
+
+    def obs(cols):
+        m = np.zeros((H, W), bool)
+        m[40:100, cols] = True
+        return Observation(mask=m, box=(float(cols.start), 40.0, 60.0, 60.0), route=ROUTE_TEMPLATE, score=0.9,
+                           completeness=1.0, found_for=["a"])
+    st = SimpleNamespace(
+        obs=[obs(slice(30, 90)), obs(slice(120, 180))], n=1, shape=(H, W), projs=[None], extras=[],
+        visibility=[P.EXPECTED], appearance=[0.85],
+        assoc=SimpleNamespace(match=[0], similarity=np.array([[0.85, 0.8]]), likeness=np.array([[0.95, likeness]])),
+    )
+    search_extras(st, np.ones((H, W), bool), EvalConfig())
+    assert st.extras == ([1] if is_extra else [])
+
+
+@pytest.mark.parametrize("structure, open_gate", [(0.8, True), (0.7, False)])
+def test_firm_structure_likeness_stands_in_for_keypoint_support(structure, open_gate):
+    """A template find at a textured static instance's place that shows none of its keypoints (a
+    hue change alters luma, and SIFT descriptors with it) keeps its gate only when its grey-level
+    structure matches at least `firm_likeness` (0.75)."""
+    from worldeval.opis.backends.base import ROUTE_TEMPLATE, Observation
+    from worldeval.opis.backends.classical import SiftMatcher
+    from worldeval.opis.perception.identity import require_keypoint_support
+
+    img = _noise((H, W), 0)
+    textured = _noise((60, 60), 11, blur=0.8, red=True)
+    img[A] = textured
+    st = _place_state(img, img, cv2.GaussianBlur(textured, (0, 0), 6))
+    st.n = 1
+    st.obs = [Observation(mask=_mask(A), box=(30.0, 40.0, 60.0, 60.0), route=ROUTE_TEMPLATE, score=0.9, found_for=["a"])]
+    gates = np.ones((1, 1), bool)
+    require_keypoint_support(st, gates, SiftMatcher(), EvalConfig(), np.array([[structure]]))
+    assert bool(gates[0, 0]) is open_gate
 
 
 @pytest.fixture(scope="module")

@@ -196,6 +196,45 @@ def test_camera_unreliable_on_another_scene():
     assert project_instances(bank, cam, img.shape[:2]) == [None]  # static visibility unknown
 
 
+def test_camera_background_budget_finds_weak_background_texture():
+    """A textured object over most of the picture, a faint background: the ordinary features
+    leave the background no keypoint, the background's own budget recovers the camera."""
+    import cv2
+
+    from worldeval.opis.backends.classical import SiftMatcher
+    from worldeval.opis.perception.camera import estimate_camera
+
+    rng = np.random.default_rng(3)
+    img = _textured(seed=2)
+    faint = cv2.GaussianBlur((128 + (rng.random(img.shape) - 0.5) * 48).astype(np.uint8), (0, 0), 1.5)  # +-24 grey levels
+    mask = np.ones(img.shape[:2], bool)
+    mask[:50, :] = False
+    mask[:, :40] = False
+    img[~mask] = faint[~mask]
+    bank = _bank(img, mask)
+    H = np.array([[1.0, 0.01, 9.0], [-0.01, 1.0, 5.0], [0, 0, 1]])
+    frame = cv2.warpPerspective(img, H, (320, 240), borderMode=cv2.BORDER_REFLECT)
+    m = SiftMatcher()
+    assert len(m.match(img, frame, mask0=bank.background).pts0) < 12  # too few for any camera
+    cam = estimate_camera(bank, frame, m)
+    assert cam.reliable and cam.kind == "homography", cam.reason
+    assert 12 <= cam.stats["matches"] <= m.background_features
+    corners = np.array([[20, 20], [300, 30], [150, 200]], float)
+    truth = cv2.perspectiveTransform(corners.reshape(-1, 1, 2), H).reshape(-1, 2)
+    assert np.abs(cam.project(corners)[0] - truth).max() < 1.0
+    # the budget's keypoints all lie on the background
+    b0 = m._background(img, bank.background)
+    assert len(b0.xy) <= m.background_features and len(m.select(b0, bank.background)) == len(b0.xy)
+    assert np.all(np.diff(b0.response) <= 0)  # the strongest first
+    # a background the ordinary features already cover keeps exactly the ordinary matches
+    few = SiftMatcher(background_features=8)
+    rich = _bank(_textured(), np.pad(np.ones((80, 80), bool), ((80, 80), (120, 120))))
+    frame2 = cv2.warpPerspective(rich.image, H, (320, 240), borderMode=cv2.BORDER_REFLECT)
+    assert len(few.select(few.features(rich.image), rich.background)) >= 8
+    a, b = few.match_background(rich.image, frame2, rich.background), few.match(rich.image, frame2, mask0=rich.background)
+    assert len(a.pts0) > 0 and np.array_equal(a.pts0, b.pts0) and np.array_equal(a.pts1, b.pts1)
+
+
 # ----------------------------------------------------------------------------- embedding
 
 

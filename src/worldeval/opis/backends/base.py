@@ -129,6 +129,14 @@ class Matcher(Protocol):
         """Point correspondences between two images, restricted to the masks when given."""
         ...
 
+    def match_background(self, img0: np.ndarray, img1: np.ndarray, background: np.ndarray) -> Correspondences:
+        """The camera's correspondences: I0's unannotated `background` (H x W bool) to the whole frame.
+
+        A matcher may give the background a feature budget of its own here (the classical one
+        does); `match(img0, img1, mask0=background)` is a valid answer.
+        """
+        ...
+
     def keypoints_in(self, image: np.ndarray, mask: np.ndarray) -> np.ndarray | None:
         """N x 2 (x, y) of the keypoints this matcher detects in `image` inside `mask`; None without a detector."""
         ...

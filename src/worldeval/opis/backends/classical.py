@@ -41,6 +41,7 @@ class Features:
     xy: np.ndarray  # N x 2 in full-resolution pixel coordinates
     desc: np.ndarray  # N x 128 float32
     shape: tuple[int, int]
+    response: np.ndarray | None = None  # N, SIFT's contrast response (used to keep the strongest)
 
 
 def _key(image: np.ndarray) -> tuple:
@@ -51,43 +52,88 @@ class SiftMatcher:
     name = "opencv-sift"
     detects_keypoints = True
 
-    def __init__(self, feature_max_side: int = 640, nfeatures: int = 2000, ratio: float = 0.8, cache_size: int = 6):
+    def __init__(
+        self, feature_max_side: int = 640, nfeatures: int = 2000, ratio: float = 0.8, cache_size: int = 6,
+        background_features: int = 300, contrast_floor: float = 0.005,
+    ):
         self.feature_max_side = int(feature_max_side)
         self.nfeatures = int(nfeatures)
         self.ratio = float(ratio)
-        self.versions = {"matcher": f"opencv-sift[max_side={self.feature_max_side},n={self.nfeatures},ratio={self.ratio:g}]"}
+        # the camera's own budget: keypoints on I0's unannotated background (see match_background)
+        self.background_features = int(background_features)
+        self.contrast_floor = float(contrast_floor)
+        self.versions = {"matcher": f"opencv-sift[max_side={self.feature_max_side},n={self.nfeatures},ratio={self.ratio:g},"
+                                    f"background={self.background_features}@{self.contrast_floor:g}]"}
         self._cache: OrderedDict = OrderedDict()
         self._cache_size = cache_size
-        self._sift = None
+        self._sift: dict = {}
 
     def features(self, image: np.ndarray) -> Features:
         """SIFT keypoints of `image` (cached by buffer identity: frames and I0 are not mutated in place)."""
-        import cv2
+        return self._cached(image, None, ("ordinary",), lambda: self._detect(image, self.nfeatures, None, None))
 
-        k = _key(image)
+    def _cached(self, image, mask, kind: tuple, compute) -> Features:
+        k = (_key(image), None if mask is None else _key(mask), kind)
         hit = self._cache.get(k)
-        if hit is not None and hit[0] is image:
+        if hit is not None and hit[0] is image and hit[1] is mask:
             self._cache.move_to_end(k)
-            return hit[1]
-        if self._sift is None:
-            self._sift = cv2.SIFT_create(nfeatures=self.nfeatures)
-        H, W = image.shape[:2]
-        s = min(1.0, self.feature_max_side / max(H, W))
-        gray = cv2.cvtColor(image, cv2.COLOR_RGB2GRAY)
-        if s < 1.0:
-            gray = cv2.resize(gray, (max(1, round(W * s)), max(1, round(H * s))), interpolation=cv2.INTER_AREA)
-        kps, desc = self._sift.detectAndCompute(gray, None)
-        if desc is None or len(kps) == 0:
-            feats = Features(np.zeros((0, 2)), np.zeros((0, 128), np.float32), (H, W))
-        else:
-            xy = np.array([kp.pt for kp in kps], dtype=np.float64)
-            # pixel centres: (x + 0.5) / s - 0.5 maps downscaled coordinates back to full resolution
-            xy = (xy + 0.5) / s - 0.5
-            feats = Features(xy, desc.astype(np.float32), (H, W))
-        self._cache[k] = (image, feats)
+            return hit[2]
+        feats = compute()
+        self._cache[k] = (image, mask, feats)
         while len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
         return feats
+
+    def _detect(self, image: np.ndarray, nfeatures: int, contrast: float | None, mask: np.ndarray | None):
+        """SIFT on the downscaled grey image; keypoints at full resolution, with their responses."""
+        import cv2
+
+        ck = (nfeatures, contrast)
+        if ck not in self._sift:
+            self._sift[ck] = cv2.SIFT_create(nfeatures=nfeatures, **({} if contrast is None else {"contrastThreshold": contrast}))
+        H, W = image.shape[:2]
+        s = min(1.0, self.feature_max_side / max(H, W))
+        gray = cv2.cvtColor(image, cv2.COLOR_RGB2GRAY)
+        m8 = None if mask is None else mask.astype(np.uint8) * 255
+        if s < 1.0:
+            size = (max(1, round(W * s)), max(1, round(H * s)))
+            gray = cv2.resize(gray, size, interpolation=cv2.INTER_AREA)
+            m8 = None if m8 is None else cv2.resize(m8, size, interpolation=cv2.INTER_NEAREST)
+        kps, desc = self._sift[ck].detectAndCompute(gray, m8)
+        if desc is None or len(kps) == 0:
+            return Features(np.zeros((0, 2)), np.zeros((0, 128), np.float32), (H, W))
+        xy = np.array([kp.pt for kp in kps], dtype=np.float64)
+        # pixel centres: (x + 0.5) / s - 0.5 maps downscaled coordinates back to full resolution
+        xy = (xy + 0.5) / s - 0.5
+        return Features(xy, desc.astype(np.float32), (H, W), np.array([kp.response for kp in kps], dtype=np.float64))
+
+    def match_background(self, img0: np.ndarray, img1: np.ndarray, background: np.ndarray) -> Correspondences:
+        """Correspondences for the camera: I0's unannotated `background` to the whole frame.
+
+        The ordinary features spend their budget where the contrast is, mostly on the annotated
+        objects; a background that holds fewer than `background_features` of them gets a
+        detection of its own: SIFT at a contrast threshold lowered to `contrast_floor`, restricted
+        to the background, its `background_features` strongest keypoints kept; the frame is then
+        searched at the same low threshold (its background is unknown until the camera is), so a
+        weak but real background texture can be matched. The camera's checks are unchanged.
+        """
+        f0 = self.features(img0)
+        if len(self.select(f0, background)) >= self.background_features:
+            return self.match(img0, img1, mask0=background)
+        b0 = self._cached(img0, background, ("background",), lambda: self._background(img0, background))
+        f1 = self._cached(img1, None, ("floor",), lambda: self._detect(img1, 4 * self.nfeatures, self.contrast_floor, None))
+        return self._correspond(b0, np.arange(len(b0.xy)), f1, np.arange(len(f1.xy)))
+
+    def _background(self, image: np.ndarray, background: np.ndarray) -> Features:
+        # OpenCV applies a detection mask after keeping its `nfeatures` best over the whole image,
+        # so the budget is applied here: every background keypoint down to the floor, the strongest kept
+        f = self._detect(image, 0, self.contrast_floor, background)
+        inside = self.select(f, background)
+        if len(inside) == 0:
+            return f
+        resp, xy = f.response[inside], f.xy[inside]
+        keep = inside[np.lexsort((xy[:, 1], xy[:, 0], -resp))[: self.background_features]]
+        return Features(f.xy[keep], f.desc[keep], f.shape, f.response[keep])
 
     @staticmethod
     def select(feats: Features, mask: np.ndarray | None) -> np.ndarray:
@@ -141,7 +187,10 @@ class SiftMatcher:
 
     def match(self, img0, img1, mask0=None, mask1=None) -> Correspondences:
         f0, f1 = self.features(img0), self.features(img1)
-        i0, i1, d = self.match_indices(f0, self.select(f0, mask0), f1, self.select(f1, mask1))
+        return self._correspond(f0, self.select(f0, mask0), f1, self.select(f1, mask1))
+
+    def _correspond(self, f0: Features, idx0: np.ndarray, f1: Features, idx1: np.ndarray) -> Correspondences:
+        i0, i1, d = self.match_indices(f0, idx0, f1, idx1)
         # keep one match per target keypoint (the closest) so RANSAC sees no duplicated points
         if len(i1):
             order = np.argsort(d, kind="stable")
@@ -440,13 +489,17 @@ def _dedupe(cands: list[Observation], iou: float = 0.75) -> list[Observation]:
     return kept
 
 
-_INT_OPTIONS = ("feature_max_side", "nfeatures", "template_side", "template_peaks", "feature_clusters", "min_inliers")
+_INT_OPTIONS = ("feature_max_side", "nfeatures", "background_features", "template_side", "template_peaks", "feature_clusters",
+                "min_inliers")
+_FLOAT_OPTIONS = ("cnn_weight", "contrast_floor")
 
 
 def build_backend(device: str = "cpu", **options) -> Backend:
     """The classical backend. Options (strings from the command line are converted):
-    feature_max_side, nfeatures, template_side, template_peaks, feature_clusters, min_inliers (int),
-    cnn_weight (float, share of the CNN part in the descriptor), scales (comma-separated floats),
+    feature_max_side, nfeatures, background_features (the camera's keypoint budget on I0's background),
+    template_side, template_peaks, feature_clusters, min_inliers (int), cnn_weight (float, share of the
+    CNN part in the descriptor), contrast_floor (float, SIFT contrast threshold of the background budget),
+    scales (comma-separated floats),
     pose (mediapipe | none: person landmarks for dynamic Structure, eq. 5)."""
     import cv2
     import torch
@@ -458,7 +511,7 @@ def build_backend(device: str = "cpu", **options) -> Backend:
         try:
             if k in _INT_OPTIONS:
                 opts[k] = int(v)
-            elif k == "cnn_weight":
+            elif k in _FLOAT_OPTIONS:
                 opts[k] = float(v)
             elif k == "pose":
                 if v not in ("mediapipe", "none"):
@@ -467,10 +520,10 @@ def build_backend(device: str = "cpu", **options) -> Backend:
             elif k == "scales":
                 opts[k] = tuple(float(x) for x in (v.split(",") if isinstance(v, str) else v))
             else:
-                raise ValueError(f"unknown option (known: {', '.join(_INT_OPTIONS + ('cnn_weight', 'scales', 'pose'))})")
+                raise ValueError(f"unknown option (known: {', '.join(_INT_OPTIONS + _FLOAT_OPTIONS + ('scales', 'pose'))})")
         except (TypeError, ValueError) as exc:
             raise ValueError(f"classical backend option {k}={v!r}: {exc}") from exc
-    matcher = SiftMatcher(feature_max_side=opts.get("feature_max_side", 640), nfeatures=opts.get("nfeatures", 2000))
+    matcher = SiftMatcher(**{k: opts[k] for k in ("feature_max_side", "nfeatures", "background_features", "contrast_floor") if k in opts})
     seg_opts = {k: opts[k] for k in ("template_side", "scales", "template_peaks", "feature_clusters", "min_inliers") if k in opts}
     pose, pose_version = (None, "off (pose=none)") if opts.get("pose") == "none" else load_pose()
     return Backend(

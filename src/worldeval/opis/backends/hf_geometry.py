@@ -269,6 +269,11 @@ class HFMatcher:
         order = np.argsort(-sc, kind="stable")[: self.max_matches]
         return Correspondences(pts0=p0[order].astype(np.float32), pts1=p1[order].astype(np.float32), scores=sc[order].astype(np.float32))
 
+    def match_background(self, img0, img1, background) -> Correspondences:
+        """The camera's correspondences: the learned matchers rank matches over the whole pair, so
+        the background simply keeps its share of them (no budget of its own)."""
+        return self.match(img0, img1, mask0=background)
+
     @staticmethod
     def _lightglue_pairs(out):
         valid = out.mask[0].bool()  # 2 x K: padding of the keypoint lists

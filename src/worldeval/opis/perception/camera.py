@@ -92,7 +92,7 @@ def estimate_camera(
     cannot support a reliable fit the camera is unreliable, and static instances are then
     `unknown`, never missing.
     """
-    corr = matcher.match(bank.image, frame, mask0=bank.background, mask1=None)
+    corr = matcher.match_background(bank.image, frame, bank.background)
     return _fit(bank, frame, corr, "background", holdout=holdout, seed=seed, min_matches=min_matches, inlier_px=inlier_px)
 
 

@@ -21,6 +21,7 @@ class EvalConfig(BaseModel):
     max_side: int | None = None  # decode frames at most this large (None: native size)
     min_likeness: float = 0.35  # colour-invariant evidence (structure or own keypoints) a pair needs to be eligible
     min_edge_energy: float = 0.6  # edge energy share of the reference below which structure likeness is scaled down
+    firm_likeness: float = 0.75  # structure likeness that stands in for keypoint support (tuning photos: targets 0.78-0.99)
     foreign_min_appearance: float = 0.5  # likeness needed to match an observation another instance's search found
     weak_tie_affinity: float = 0.5  # a static instance's ambiguity between finds all below this counts as missing
     ungated_min_appearance: float = 0.55  # likeness a dynamic instance, or a static instance needs when no reliable camera gates it

@@ -11,7 +11,8 @@ Two routes:
   whatever they look like; finds of a search for an instance (and phrase-less
   segments) must look like an object (resemble an inventory object at least
   `extra_min_similarity`, and nearly as much as that object's own match when it
-  has one: a second copy), or be a strong find;
+  has one: a second copy), or be a strong find, and in every case show that
+  object's grey-level structure or keypoints (likeness >= `min_likeness`);
 * new content (`changes.py`): compact regions where the frame differs from I0
   warped by the camera, whatever they look like; attributable when an unaccounted
   instance's structure likeness reaches `min_likeness`.
@@ -98,6 +99,13 @@ def new_content_extras(st, seen, config) -> None:
         st.extras.append(len(st.obs) - 1)
 
 
+def _like_enough(likeness, i: int, j: int, floor: float) -> bool:
+    if likeness is None or not likeness.size:
+        return True  # callers without a likeness matrix: appearance alone, as before
+    v = likeness[i, j]
+    return bool(np.isfinite(v) and v >= floor)
+
+
 def confirm_extras(st, config) -> None:
     st.extras = []
     seen = P.seen_region(st.bank, st.cam, st.shape)
@@ -126,6 +134,10 @@ def search_extras(st, seen, config) -> None:
         own = o.route == ROUTE_OPEN and o.category is not None
         strong = own or strong_find(o, config)
         if not own and conf < config.extra_min_similarity:
+            continue
+        # a search find is a copy only if it is the object in grey-level structure or keypoints too,
+        # not just a bright thin shape that correlates with the template (a mast beside a rocket)
+        if not own and not _like_enough(assoc.likeness, i_best, j, config.min_likeness):
             continue
         # a weak find counts only as a second copy of an object matched elsewhere in the frame
         if not strong and (st.appearance[i_best] is None or conf < st.appearance[i_best] - config.extra_margin):

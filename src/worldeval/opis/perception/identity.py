@@ -44,12 +44,14 @@ def provenance(st) -> np.ndarray:
     return prov
 
 
-def require_keypoint_support(st, gates: np.ndarray, matcher, config) -> None:
+def require_keypoint_support(st, gates: np.ndarray, matcher, config, structure: np.ndarray | None = None) -> None:
     """Close the gate of template-only (or weak keypoint-cluster) finds of a static instance that
     do not show its own keypoints (an inpainted smear can look right in colour).
 
-    Only texture-poor instances, which cannot show enough keypoints, are exempt; with a matcher
-    that detects no keypoints the check does not run (the run manifest says so).
+    Texture-poor instances, which cannot show enough keypoints, are exempt, and so is a find whose
+    grey-level structure matches the instance's firmly (`firm_likeness`; edge energy counted, so no
+    smear reaches it): a recoloured object's luma changes, and with it its SIFT descriptors. With a
+    matcher that detects no keypoints the check does not run (the run manifest says so).
     """
     if not st.cam.reliable:
         return
@@ -62,6 +64,7 @@ def require_keypoint_support(st, gates: np.ndarray, matcher, config) -> None:
             continue
         for j, o in enumerate(st.obs):
             firm = o.feature_score >= config.extra_feature_score  # >= 8 SIFT inliers
+            firm = firm or (structure is not None and structure[i, j] >= config.firm_likeness)
             if not gates[i, j] or firm or o.route == ROUTE_PROJECTION:
                 continue
             if keypoint_support(bank, i, st.frame, matcher, o.box) < need:
@@ -94,7 +97,8 @@ def associate_observations(st, matcher, config) -> None:
     bank, obs, n = st.bank, st.obs, st.n
     gates = geometric_gates(st, config)
     prov = provenance(st)
-    require_keypoint_support(st, gates, matcher, config)
+    structure = structure_evidence(st, config) if obs else None
+    require_keypoint_support(st, gates, matcher, config, structure)
     # where no geometric gate places the instance (dynamic, or static without a camera) only a clear
     # likeness may match it: a best-looking place of another clip reached 0.52 (DAVIS on the apple)
     floor = [config.ungated_min_appearance if (bank.tracks[i] != "static" or not st.cam.reliable) else 0.0 for i in range(n)]
@@ -104,7 +108,7 @@ def associate_observations(st, matcher, config) -> None:
         gates, [o.box for o in obs],
         threshold=config.association_threshold, margin=config.ambiguity_margin, min_appearance=config.min_likeness,
         provenance=prov, foreign_min_appearance=config.foreign_min_appearance, instance_min_appearance=floor,
-        structure=structure_evidence(st, config) if obs else None, keypoints=keypoint_evidence(st) if obs else None,
+        structure=structure, keypoints=keypoint_evidence(st) if obs else None,
     )  # fmt: skip
 
 

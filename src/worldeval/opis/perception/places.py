@@ -18,7 +18,9 @@ def propose_places(st, matcher, config) -> list[Observation]:
     """Observations at the projected place of static instances the camera puts in view.
 
     A removed or recoloured object must be judged at its place, not only where a search found
-    something; the proposal stands only with the instance's own keypoints found where the camera puts them.
+    something; the proposal stands only with the instance's own keypoints found where the camera puts
+    them, as many as a find must show (`support_needed`): a texture-poor instance, which cannot show
+    enough, is proposed at its place and association judges it by its structure likeness there.
     """
     bank, out = st.bank, []
     for i, pr in enumerate(st.projs):
@@ -30,7 +32,7 @@ def propose_places(st, matcher, config) -> list[Observation]:
         if any(box_iou(o.box, pr.box) > 0.5 for o in st.obs + out if o.found_for[:1] == [bank.ids[i]]):
             continue
         support = projection_support(bank, i, st.frame, st.cam, matcher, pr.box)
-        if support < config.min_correspondences:
+        if support < support_needed(bank, i, st.cam, st.shape, matcher, config.min_correspondences):
             continue
         out.append(Observation(mask=m, box=mask_box(m), category=None, score=support / (support + 10.0),
                                source=f"projection:{bank.ids[i]}", route=ROUTE_PROJECTION, found_for=[bank.ids[i]]))
