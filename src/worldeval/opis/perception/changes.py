@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from worldeval.opis.backends.base import Observation, mask_box
+from worldeval.opis.perception.likeness import brightness
 
 WORK_SIDE = 320  # the comparison runs at this longest side
 COLOUR_DIFF = 28.0  # Lab distance (8-bit OpenCV Lab units) that counts as changed content
@@ -73,7 +74,7 @@ def change_map(st, seen: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray
     changed = cv2.morphologyEx(changed.astype(np.uint8), cv2.MORPH_OPEN, np.ones((3, 3), np.uint8)) > 0
     if changed.sum() > MAX_CHANGED_SHARE * max(1, valid.sum()):
         return None
-    return changed, _grad(f.max(axis=2).astype(np.float32)), _grad(warped.max(axis=2).astype(np.float32)), s
+    return changed, _grad(brightness(f)), _grad(brightness(warped)), s
 
 
 def known_places(st, s: float, shape: tuple[int, int]) -> list[tuple[np.ndarray, bool]]:
