@@ -111,6 +111,15 @@ class Embedder(Protocol):
 
 
 @runtime_checkable
+class AppearanceEmbedder(Embedder, Protocol):
+    def appearance(self, ref: np.ndarray, obs: np.ndarray) -> float:
+        """a_it (paper eq. 3) of a matched pair from their two descriptors, where it is not their cosine.
+
+        The cosine still serves association; identity asks this instead (perception/identity.py)."""
+        ...
+
+
+@runtime_checkable
 class BatchEmbedder(Embedder, Protocol):
     def embed_many(self, items: list[tuple[np.ndarray, list, list]]) -> list[np.ndarray]:
         """`embed` for several (image, masks, boxes), crops of all images sharing the model's batches."""

@@ -11,7 +11,13 @@ rubric counts colour pattern: recolouring an object must lower its score even
 where the CNN is mostly colour-invariant.
 
 The descriptor is `[sqrt(w) * cnn_unit, sqrt(1 - w) * colour_unit]`, so the
-cosine of two descriptors is `w * cos_cnn + (1 - w) * cos_colour`.
+cosine of two descriptors is `w * cos_cnn + (1 - w) * cos_colour`; association
+uses that cosine. Identity's appearance (`appearance`) is instead the geometric
+mean `sqrt(max(0, cos_cnn) * cos_colour)` of the two parts: with the weighted
+mean the mostly colour-invariant CNN part alone carries a hue-turned object
+past tau_I (0.7 * 0.8 = 0.56 with no colour left), so a recolour could never
+fail eq. 3; with the geometric mean either part failing fails identity, while
+an object whose colours hold keeps a score at or above the weighted mean.
 """
 
 from __future__ import annotations
@@ -128,14 +134,15 @@ class EfficientNetColourEmbedder:
 
     def __init__(self, cnn_weight: float = CNN_WEIGHT, threads: int | None = 1):
         self.cnn_weight = float(cnn_weight)
-        self.versions = {"embedder": f"efficientnet-lite0 (ImageNet) + Lab histogram[cnn_weight={self.cnn_weight:g}]"}
+        self.versions = {"embedder": f"efficientnet-lite0 (ImageNet) + Lab histogram[cnn_weight={self.cnn_weight:g}]",
+                         "appearance": "geometric mean of the CNN cosine and the colour Bhattacharyya coefficient"}
         # One math thread: batches here are small, and OpenMP's spinning workers collapse
         # (10x slower measured) as soon as the cores are shared with other processes.
         self.threads = threads
 
     @property
     def dim(self) -> int:
-        return 1280 + int(np.prod(_LAB_BINS))
+        return _CNN_DIM + int(np.prod(_LAB_BINS))
 
     def embed(self, image: np.ndarray, masks: list[np.ndarray], boxes) -> np.ndarray:
         import torch
@@ -164,6 +171,32 @@ class EfficientNetColourEmbedder:
         out = np.concatenate([math.sqrt(self.cnn_weight) * z, math.sqrt(1 - self.cnn_weight) * col], axis=1)
         out /= np.linalg.norm(out, axis=1, keepdims=True) + 1e-8
         return out.astype(np.float32)
+
+
+    def appearance(self, ref: np.ndarray, obs: np.ndarray) -> float:
+        """Identity's a_it of two descriptors: sqrt(max(0, CNN cosine) * colour Bhattacharyya coefficient).
+
+        The colour part is a unit square-root histogram, so its cosine is the Bhattacharyya
+        coefficient; a side with no pixels (all-zero colour part) leaves the CNN cosine alone.
+        """
+        cnn = _part_cosine(ref[:_CNN_DIM], obs[:_CNN_DIM])
+        if cnn is None:
+            return 0.0
+        colour = _part_cosine(ref[_CNN_DIM:], obs[_CNN_DIM:])
+        cnn = min(1.0, max(0.0, cnn))  # float32 rounding can put a self-cosine just past 1
+        if colour is None:
+            return cnn
+        return math.sqrt(cnn * min(1.0, max(0.0, colour)))
+
+
+_CNN_DIM = 1280
+
+
+def _part_cosine(a: np.ndarray, b: np.ndarray) -> float | None:
+    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+    if na < 1e-8 or nb < 1e-8:
+        return None
+    return float(np.dot(a, b)) / (na * nb)
 
 
 def _pool_weights(mask: np.ndarray, fh: int, fw: int) -> np.ndarray:

@@ -144,7 +144,7 @@ def measure_frame(bank: ReferenceBank, frame: np.ndarray, backend: Backend, conf
         embed(st, backend)
     with timer("association"):
         associate_observations(st, backend.matcher, config)
-        identify(st, config)
+        identify(st, config, backend.embedder)
         P.resolve_occlusion(st, config)
         confirm_extras(st, config)
     with timer("structure"):

@@ -123,16 +123,23 @@ def weak_static_tie(st, i: int, config) -> bool:
     return bool(best < config.weak_tie_affinity)
 
 
-def identify(st, config) -> None:
-    """Ambiguity, visibility and appearance per instance from the association."""
+def identify(st, config, embedder=None) -> None:
+    """Ambiguity, visibility and appearance per instance from the association.
+
+    Appearance is the embedder's own `appearance` of the matched pair where it declares one
+    (`AppearanceEmbedder`), else the descriptors' cosine that association used.
+    """
     assoc, bank = st.assoc, st.bank
+    own = getattr(embedder, "appearance", None) if bank.embeddings is not None else None
     st.ambiguous = [bool(assoc.ambiguous[i]) and not weak_static_tie(st, i, config) for i in range(st.n)]
     st.visibility, st.appearance = [], []
     for i in range(st.n):
         j = assoc.match[i]
         if j is not None:
             st.visibility.append(P.EXPECTED)
-            st.appearance.append(max(0.0, float(assoc.similarity[i, j])))
+            e = st.obs[j].embedding
+            a = own(bank.embeddings[i], e) if own is not None and e is not None else float(assoc.similarity[i, j])
+            st.appearance.append(max(0.0, float(a)))
         elif st.ambiguous[i]:
             st.visibility.append(P.UNKNOWN)
             st.appearance.append(None)
