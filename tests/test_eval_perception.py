@@ -182,6 +182,46 @@ def test_camera_from_background_homography_and_static_structure():
     assert proj2.state == OUT_OF_VIEW
 
 
+def test_a_flat_case_depth_makes_static_structure_eq4_so_a_drift_in_place_shows():
+    """Without depth a per-object similarity absorbs a drift (static_flat); a case whose own depth is
+    flat declares the homography exact for every pixel, so the same drift fails Structure (eq. 4)."""
+    import cv2
+
+    from worldeval.opis.backends.classical import SiftMatcher
+    from worldeval.opis.case import Geometry, default_intrinsics
+    from worldeval.opis.perception.camera import estimate_camera
+    from worldeval.opis.perception.structure import static_structure
+
+    img = _textured()
+    mask = np.zeros(img.shape[:2], bool)
+    mask[80:160, 120:200] = True
+    H = np.array([[1.0, 0.02, 12.0], [-0.01, 1.0, -6.0], [0, 0, 1]])
+    frame = cv2.warpPerspective(img, H, (320, 240), borderMode=cv2.BORDER_REFLECT)
+    warped = cv2.warpPerspective(mask.astype(np.uint8), H, (320, 240), flags=cv2.INTER_NEAREST).astype(bool)
+    ys, xs = np.nonzero(warped)
+    y0, y1, x0, x1 = ys.min(), ys.max() + 1, xs.min(), xs.max() + 1
+    moved = frame.copy()
+    moved[y0:y1, x0 + 24:x1 + 24] = frame[y0:y1, x0:x1]  # the object 24 px (30 % of its width) to the right
+    box = (float(x0 + 24), float(y0), float(x1 - x0), float(y1 - y0))
+    m = SiftMatcher()
+    flat_bank = _bank(img, mask)
+    cam = estimate_camera(flat_bank, moved, m)
+    assert cam.reliable and not cam.planar_scene
+    s_flat, info = static_structure(flat_bank, 0, moved, box, cam, m)
+    assert info["source"] == "static_flat" and s_flat > 0.8, info  # the similarity took the drift away
+
+    plane = _bank(img, mask)
+    plane.case.geometry = Geometry(np.ones((240, 320), np.float32), default_intrinsics(240, 320), np.ones((240, 320), bool))
+    cam = estimate_camera(plane, moved, m)
+    assert cam.reliable and cam.kind == "homography" and cam.planar_scene
+    s_eq4, info = static_structure(plane, 0, moved, box, cam, m)
+    # 24 px over a 113 px box diagonal: rho ~0.21, exp(-0.21 / 0.05) ~0.015
+    assert info["source"] == "static" and s_eq4 < 0.05, info
+    s_same, info = static_structure(plane, 0, frame, (float(x0), float(y0), float(x1 - x0), float(y1 - y0)),
+                                    estimate_camera(plane, frame, m), m)
+    assert info["source"] == "static" and s_same > 0.8, info  # in place: eq. 4 holds
+
+
 def test_camera_unreliable_on_another_scene():
     from worldeval.opis.backends.classical import SiftMatcher
     from worldeval.opis.perception.camera import estimate_camera
@@ -272,3 +312,36 @@ def test_embedding_separates_objects_and_sees_colour():
     assert float(ref @ same) > 0.85
     assert float(ref @ same) - float(ref @ rc) >= 0.10
     assert float(ref @ other) < 0.35 and float(ref @ fl) < 0.35
+    # identity's appearance: the hue-turned apple (cosine 0.48, carried by the CNN part) fails
+    # tau_I = 0.35, the rescaled one keeps its identity (measured: 0.06 and 0.998)
+    assert E.appearance(ref, same) > 0.85
+    assert E.appearance(ref, rc) < 0.35 < float(ref @ rc)
+
+
+def test_identity_appearance_is_the_geometric_mean_of_the_two_parts():
+    from worldeval.opis.perception.embedding import EfficientNetColourEmbedder
+    from worldeval.opis.perception.identity import identify
+
+    E = EfficientNetColourEmbedder(cnn_weight=0.7)
+    u1, u2 = np.zeros(1280), np.zeros(1280)
+    u1[0], u2[0], u2[1] = 1.0, 0.64, math.sqrt(1 - 0.64**2)  # CNN cosine 0.64
+    h1, h2 = np.zeros(256), np.zeros(256)
+    h1[0] = 1.0
+    h2[0], h2[1] = 0.25, math.sqrt(1 - 0.25**2)  # colour Bhattacharyya coefficient 0.25
+    ref = np.concatenate([math.sqrt(0.7) * u1, math.sqrt(0.3) * h1])
+    obs = np.concatenate([math.sqrt(0.7) * u2, math.sqrt(0.3) * h2])
+    assert float(ref @ obs) == pytest.approx(0.7 * 0.64 + 0.3 * 0.25)  # what association sees: 0.523
+    assert E.appearance(ref, obs) == pytest.approx(math.sqrt(0.64 * 0.25))  # what identity sees: 0.4
+    no_colour = np.concatenate([math.sqrt(0.7) * u2, np.zeros(256)])
+    assert E.appearance(ref, no_colour) == pytest.approx(0.64)  # no pixels to take colours from
+    assert E.appearance(ref, np.concatenate([-math.sqrt(0.7) * u1, math.sqrt(0.3) * h1])) == 0.0
+
+    # identify() asks the embedder; without one it keeps association's cosine
+    st = SimpleNamespace(
+        bank=SimpleNamespace(embeddings=ref[None], tracks=["dynamic"]), obs=[SimpleNamespace(embedding=obs)],
+        assoc=SimpleNamespace(match=[0], ambiguous=[False], similarity=np.array([[float(ref @ obs)]])), projs=[None], n=1,
+    )  # fmt: skip
+    identify(st, None, E)
+    assert st.appearance == [pytest.approx(0.4)] and st.visibility == ["expected_visible"]
+    identify(st, None)
+    assert st.appearance == [pytest.approx(0.523)]

@@ -30,6 +30,7 @@ def _register_validate(app: typer.Typer) -> None:
         yaw: float = typer.Option(12.0, "--yaw", help="With --camera custom: peak camera turn to the right, degrees."),
         pitch: float = typer.Option(3.0, "--pitch", help="With --camera custom: peak camera turn upwards, degrees."),
         target_policy: str = typer.Option("sized", "--target-policy", help="How the edited object is picked: sized | largest | colourful."),
+        plane_depth: bool = typer.Option(False, "--plane-depth", help="Give each case without geometry a flat depth (exact for the synthetic camera, which only turns and zooms), so static Structure is eq. 4 and a moved or resized object can show."),
         force: bool = typer.Option(False, "--force", help="Render the rollouts again and re-evaluate them all (use after changing the evaluator: its resume only tracks settings)."),
         as_json: bool = typer.Option(False, "--json", help="Print the result JSON instead of the table."),
         strict: bool = typer.Option(False, "--strict", help="Exit with status 1 when a pass rate is below the requirement."),
@@ -63,6 +64,7 @@ def _register_validate(app: typer.Typer) -> None:
             workers=workers,
             executor=executor,
             force=force,
+            plane_depth=plane_depth,
         )
         err = Console(stderr=True)
         log = lambda m: err.print(m, markup=False, highlight=False)  # noqa: E731

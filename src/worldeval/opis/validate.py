@@ -62,13 +62,49 @@ class ValidateConfig:
     executor: str = "local"
     force: bool = False
     checks: tuple[str, ...] = CHECKS  # which interventions are rendered and checked
+    # Give every case without geometry a flat depth (see with_plane_depth): the synthetic camera only
+    # turns and zooms, so any depth is exact, and static Structure is then eq. 4 instead of static_flat.
+    plane_depth: bool = False
 
     def synth_hash(self) -> str:
         key = {"version": SYNTH_VERSION, "synth": asdict(self.synth), "checks": list(self.checks)}
+        if self.plane_depth:  # other cases, so other measurements: a change must not resume old ones
+            key["plane_depth"] = True
         return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
 # ---------------------------------------------------------------- synthesis step
+
+
+def with_plane_depth(dataset: Path, out: Path, log: Callable[[str], None] = print) -> Path:
+    """A copy of the dataset where each case without `geometry.npz` gets a flat one (depth 1 everywhere,
+    valid everywhere, K the case's own intrinsics, the K the synthetic camera renders with).
+
+    The rollouts of `opis validate` turn and zoom about the optical centre: every pixel moves by one
+    homography whatever its depth, so a flat depth is exact geometry for them. With it the camera says
+    its scene is planar (perception/camera.py) and static Structure is eq. 4, with no per-object
+    similarity correction: a moved or resized object shows. Cases that have geometry keep it.
+    Real rollouts are another matter: a real camera translates, and a flat depth would be false there.
+    """
+    import shutil
+
+    from worldeval.opis.case import Geometry
+
+    out.mkdir(parents=True, exist_ok=True)
+    for d in iter_case_dirs(dataset):
+        try:
+            case = load_case(d)
+        except CaseError:
+            continue  # synthesize_dataset reports it, from the original folder
+        dst = out / d.name
+        if dst.exists():
+            shutil.rmtree(dst)
+        shutil.copytree(d, dst)
+        if case.geometry is None:
+            H, W = case.shape
+            Geometry(np.ones((H, W), np.float32), case.intrinsics(), np.ones((H, W), bool)).save(dst / "geometry.npz")
+    log(f"plane depth: cases copied to {out}")
+    return out
 
 
 def _forget_case(runs_root: Path, case_id: str) -> None:
@@ -361,17 +397,21 @@ def run_validate(
     dataset, out = Path(dataset), Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
+    source = dataset
+    if cfg.plane_depth:
+        dataset = with_plane_depth(dataset, out / "cases_plane_depth", log)
     records, errors = synthesize_dataset(dataset, out, cfg, log)
     t1 = time.perf_counter()
     run_dirs = evaluate_rollouts(dataset, out, records, cfg, log)
     t2 = time.perf_counter()
     result = assess(run_dirs, records, errors, cfg)
     result["config"] = {
-        "dataset": str(dataset),
+        "dataset": str(source),
         "backend": cfg.backend,
         "device": cfg.device,
         "synth": asdict(cfg.synth),
         "checks": list(cfg.checks),
+        "plane_depth": cfg.plane_depth,
         "thresholds": asdict(cfg.thresholds),
     }
     result["run_dirs"] = {k: str(v) for k, v in run_dirs.items()}

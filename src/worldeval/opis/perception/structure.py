@@ -12,6 +12,9 @@
   off-plane rigid object does to first order) and the residual is scored as in
   eq. 4. It measures how far the object's keypoints are from moving as one rigid
   similarity: shear, stretch, squeeze and broken parts, not a drift in place.
+  A case whose own depth is flat (`planar_scene`: a plane, or a camera that
+  only turns) has an exact homography for every I0 pixel: no correction, and
+  the row is eq. 4 (`static`), so a drift or a resize in place shows.
 * pose (eq. 5): segment-length log-ratios against I0 after removing the
   median (one scale per instance), `s = mean exp(-|r - median r| / tau)`.
   Landmarks are lifted to 3-D with depth (I0: the case's geometry; frame: the
@@ -56,7 +59,8 @@ def static_structure(
     if n < min_correspondences:
         return None, {"reason": f"{n} correspondences", "n": n}
     pred, z = cam.project(corr.pts0)
-    if z is None:
+    exact = z is not None or cam.planar_scene
+    if not exact:
         # Without depth the camera is a homography of the dominant plane; an object standing
         # off that plane is shifted and scaled by parallax. One similarity correction per
         # instance (4 dof: no shear, no anisotropic scale, so a squeezed shape still shows)
@@ -79,7 +83,7 @@ def static_structure(
     if diag <= 0:
         return None, {"reason": "empty box"}
     rho = float(np.median(err)) / diag
-    return float(math.exp(-rho / lambda_g)), {"n": n, "rho": rho, "source": "static" if z is not None else "static_flat"}
+    return float(math.exp(-rho / lambda_g)), {"n": n, "rho": rho, "source": "static" if exact else "static_flat"}
 
 
 def pose_structure(kp0, kp1, *, tau: float = 0.2, min_conf: float = 0.3, min_segments: int = 3) -> float | None:
