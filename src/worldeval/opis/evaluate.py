@@ -150,11 +150,21 @@ def _observe_batch(bank: ReferenceBank, frames: list[np.ndarray], backend: Backe
     return obs
 
 
+def _neighbour_indices(indices: list[int], info, bank: ReferenceBank, backend: Backend) -> dict[int, tuple[int, ...]]:
+    """Per sampled frame, the video frames its moving-object proposals compare it with (none: not wanted)."""
+    from worldeval.opis.perception.motion import neighbour_offset, wants_motion
+
+    if not wants_motion(bank, backend):
+        return {}
+    k = neighbour_offset(info.fps)
+    return {t: tuple(n for n in (t - k, t + k) if 0 <= n < info.num_frames) for t in indices}
+
+
 def evaluate_rollout(
     case: Case, video: str | Path, model: str, backend: Backend, config: EvalConfig | None = None, judge=None,
     keep_masks: bool = False,
 ) -> RolloutResult:
-    from worldeval.media import MediaError, decode_frames, probe_video, sample_frame_indices
+    from worldeval.media import MediaError, SampledFrames, decode_frames, probe_video, sample_frame_indices
 
     config = config or EvalConfig()
     timer = _Timer()
@@ -164,9 +174,14 @@ def evaluate_rollout(
         indices = sample_frame_indices(info.num_frames, info.fps, config.stride, config.skip_seconds)
         if not indices:
             raise MediaError(video, f"too short to sample: {info.num_frames} frames at {info.fps:g} fps")
-        sampled = decode_frames(video, indices=indices, max_side=config.max_side)
     with timer("embedding"):
         bank = reference_for(case, backend)
+    with timer("decode"):
+        near = _neighbour_indices(indices, info, bank, backend)
+        wanted = sorted(set(indices) | {n for pair in near.values() for n in pair})
+        decoded = decode_frames(video, indices=wanted, max_side=config.max_side)
+        by_index = dict(zip(wanted, decoded.frames))
+        sampled = SampledFrames(info=decoded.info, indices=list(indices), frames=[by_index[i] for i in indices])
     rows: list[dict] = []
     frame_records: list[dict] = []
     masks: dict = {}
@@ -178,7 +193,8 @@ def evaluate_rollout(
         # OpenCV's RANSAC draws from a per-thread generator; seeding it per frame makes a
         # frame's measurements independent of which thread or worker ran the frames before it.
         cv2.setRNGSeed(int(config.seed) + int(fidx))
-        return measure_frame(bank, frame, backend, config, judge, index=int(fidx), timer=timer, observations=obs)
+        nb = [by_index[n] for n in near.get(int(fidx), ())]
+        return measure_frame(bank, frame, backend, config, judge, index=int(fidx), timer=timer, observations=obs, neighbours=nb)
 
     # Sampled frames are measured independently; OpenCV and torch release the GIL, so two
     # frames in flight use both cores of a small machine. Results do not depend on the order.

@@ -22,6 +22,7 @@ ROUTE_OPEN = "open"  # a segmenter's own detection (text prompt, point grid, box
 ROUTE_FEATURES = "features"  # a cluster of one instance's I0 keypoints matched into the frame
 ROUTE_TEMPLATE = "template"  # a correlation peak of one instance's colour template
 ROUTE_PROJECTION = "projection"  # the pipeline's proposal at the place the camera puts a static instance
+ROUTE_MOTION = "motion"  # the pipeline's proposal where the frame moves unlike its background (perception/motion.py)
 
 # Optional evidence a segmenter may put on its observations (declared in `Segmenter.evidence`).
 EVIDENCE_FEATURE_SCORE = "feature_score"
@@ -79,6 +80,8 @@ class Segmenter(Protocol):
     name: str
     versions: dict[str, str]  # entries this piece adds to the run manifest
     evidence: frozenset[str]  # optional Observation fields it fills: EVIDENCE_* names
+    # Optional `motion_proposals: bool` (absent: False): the pipeline adds moving-object proposals
+    # (perception/motion.py) to this segmenter's observations, for a segmenter that only searches.
 
     def observe(self, frame: np.ndarray, phrases: list[str], reference=None) -> list[Observation]:
         """Object observations in `frame` for the case's noun phrases.

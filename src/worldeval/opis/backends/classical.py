@@ -222,6 +222,8 @@ class SearchSegmenter:
 
     name = "sift-template-search"
     evidence = frozenset({EVIDENCE_FEATURE_SCORE, EVIDENCE_COMPLETENESS, EVIDENCE_FOUND_FOR})
+    # the search does not re-find a turning or deforming object; its motion can (perception/motion.py)
+    motion_proposals = True
 
     def __init__(
         self,

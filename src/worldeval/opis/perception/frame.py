@@ -4,7 +4,8 @@
 over one `FrameState`; each stage reads what earlier stages put there and adds
 its own part:
 
-    observe    -> obs                 backend segmenter's observations of the frame
+    observe    -> obs                 backend segmenter's observations of the frame; moving-object
+                                      proposals from the neighbouring video frames (classical)
     camera     -> cam                 I0 -> frame camera from background correspondences
     project    -> projs, obs          static instances' projected places and visibility states;
                                       place proposals where the camera puts a static instance
@@ -53,6 +54,7 @@ class FrameState:
     structure: list[float | None] = field(default_factory=list)
     structure_source: list[str | None] = field(default_factory=list)
     frame_depth: tuple | None = None  # (depth, K) of the frame from the backend's depth model, when asked for
+    neighbours: list[np.ndarray] = field(default_factory=list)  # video frames next to this one (motion proposals)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -82,6 +84,8 @@ def checks(backend: Backend, judge=None) -> dict[str, bool]:
         near-perfect template correlation counts as an extra copy even when it resembles the object
         less than its match (needs `Observation.feature_score` and `Observation.completeness`);
     place_proposals, static_structure: always (they need only `Matcher.match`);
+    motion_proposals: moving-object proposals from the neighbouring video frames (the segmenter asks for
+        them: `motion_proposals`; they run on cases with a dynamic instance);
     pose_structure: a pose estimator is present; claims_structure: a judge is configured.
     """
     ev = backend.segmenter.evidence
@@ -91,6 +95,7 @@ def checks(backend: Backend, judge=None) -> dict[str, bool]:
         "extras_by_keypoints": EVIDENCE_FEATURE_SCORE in ev and EVIDENCE_COMPLETENESS in ev,
         "extras_by_template": EVIDENCE_COMPLETENESS in ev,
         "place_proposals": True,
+        "motion_proposals": bool(getattr(backend.segmenter, "motion_proposals", False)),
         "static_structure": True,
         "pose_structure": backend.pose is not None,
         "claims_structure": judge is not None,
@@ -99,6 +104,13 @@ def checks(backend: Backend, judge=None) -> dict[str, bool]:
 
 def observe(st: FrameState, backend: Backend) -> None:
     st.obs = list(backend.segmenter.observe(st.frame, st.bank.categories, reference=st.bank))
+
+
+def propose_moving(st: FrameState, backend: Backend) -> None:
+    from worldeval.opis.perception.motion import motion_proposals, wants_motion
+
+    if st.neighbours and wants_motion(st.bank, backend):
+        st.obs.extend(motion_proposals(st.frame, st.neighbours))
 
 
 def camera(st: FrameState, backend: Backend, config: EvalConfig) -> None:
@@ -121,22 +133,26 @@ def embed(st: FrameState, backend: Backend) -> None:
 
 
 def measure_frame(bank: ReferenceBank, frame: np.ndarray, backend: Backend, config: EvalConfig, judge=None,
-                  index: int = 0, timer=None, observations: list | None = None) -> FrameResult:
+                  index: int = 0, timer=None, observations: list | None = None,
+                  neighbours: list[np.ndarray] | None = None) -> FrameResult:
     """Measure one frame: the stages in order (`timer(stage)` is a context manager summing seconds).
 
     `observations`: the segmenter's observations of this frame when already made in a batch of frames.
+    `neighbours`: the video's frames `motion.neighbour_offset` before and after this one, for the
+    moving-object proposals of a segmenter that asks for them (none: no motion proposals).
     """
     from worldeval.opis.perception.extras import confirm_extras
     from worldeval.opis.perception.identity import associate_observations, identify
     from worldeval.opis.perception.structure import measure_structure
 
     timer = timer or (lambda stage: nullcontext())
-    st = FrameState(bank=bank, frame=frame, index=index)
+    st = FrameState(bank=bank, frame=frame, index=index, neighbours=list(neighbours or []))
     with timer("observation"):
         if observations is None:
             observe(st, backend)
         else:
             st.obs = list(observations)
+        propose_moving(st, backend)
     with timer("camera"):
         camera(st, backend, config)
         project(st, backend, config)
