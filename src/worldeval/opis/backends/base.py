@@ -23,6 +23,7 @@ ROUTE_FEATURES = "features"  # a cluster of one instance's I0 keypoints matched 
 ROUTE_TEMPLATE = "template"  # a correlation peak of one instance's colour template
 ROUTE_PROJECTION = "projection"  # the pipeline's proposal at the place the camera puts a static instance
 ROUTE_MOTION = "motion"  # the pipeline's proposal where the frame moves unlike its background (perception/motion.py)
+ROUTE_MOVING = "moving"  # a segmenter's find of one instance framed at such a moving part (`observe_moving`)
 
 # Optional evidence a segmenter may put on its observations (declared in `Segmenter.evidence`).
 EVIDENCE_FEATURE_SCORE = "feature_score"
@@ -80,8 +81,9 @@ class Segmenter(Protocol):
     name: str
     versions: dict[str, str]  # entries this piece adds to the run manifest
     evidence: frozenset[str]  # optional Observation fields it fills: EVIDENCE_* names
-    # Optional `motion_proposals: bool` (absent: False): the pipeline adds moving-object proposals
-    # (perception/motion.py) to this segmenter's observations, for a segmenter that only searches.
+    # Optional `observe_moving(frame, moving, reference) -> list[Observation]`: finds of the dynamic
+    # instances framed at the frame's moving parts (`moving`: perception/motion.py's blobs); a segmenter
+    # that only searches declares it, and the pipeline adds those finds to its observations.
 
     def observe(self, frame: np.ndarray, phrases: list[str], reference=None) -> list[Observation]:
         """Object observations in `frame` for the case's noun phrases.

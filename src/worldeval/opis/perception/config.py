@@ -25,6 +25,9 @@ class EvalConfig(BaseModel):
     foreign_min_appearance: float = 0.5  # likeness needed to match an observation another instance's search found
     weak_tie_affinity: float = 0.5  # a static instance's ambiguity between finds all below this counts as missing
     ungated_min_appearance: float = 0.55  # likeness a dynamic instance, or a static instance needs when no reliable camera gates it
+    # cosine a find framed at a moving part needs: parallax moves static scenery too (tuning: the DAVIS
+    # case on the apple's orbiting camera 0.14-0.23; the rider and bike at their moving parts 0.25-0.56)
+    moving_min_similarity: float = 0.25
     gate_tolerance: float = 0.05  # geometric gate margin, share of the frame diagonal
     min_in_view: float = 0.5  # share of projected query points inside the frame to count as in view
     min_side_px: float = 10.0  # projected instance smaller than this (either side) is too small

@@ -4,8 +4,8 @@
 over one `FrameState`; each stage reads what earlier stages put there and adds
 its own part:
 
-    observe    -> obs                 backend segmenter's observations of the frame; moving-object
-                                      proposals from the neighbouring video frames (classical)
+    observe    -> obs                 backend segmenter's observations of the frame, and its finds of
+                                      dynamic instances at the frame's moving parts (classical)
     camera     -> cam                 I0 -> frame camera from background correspondences
     project    -> projs, obs          static instances' projected places and visibility states;
                                       place proposals where the camera puts a static instance
@@ -30,7 +30,7 @@ import numpy as np
 from worldeval.opis.backends.base import EVIDENCE_COMPLETENESS, EVIDENCE_FEATURE_SCORE, EVIDENCE_FOUND_FOR, Backend, Observation
 from worldeval.opis.case import encode_rle
 from worldeval.opis.perception import projection as P
-from worldeval.opis.perception.association import Association
+from worldeval.opis.perception.association import Association, box_iou
 from worldeval.opis.perception.camera import CameraEstimate, camera_record, estimate_camera
 from worldeval.opis.perception.config import EvalConfig
 from worldeval.opis.perception.reference import ReferenceBank
@@ -84,8 +84,9 @@ def checks(backend: Backend, judge=None) -> dict[str, bool]:
         near-perfect template correlation counts as an extra copy even when it resembles the object
         less than its match (needs `Observation.feature_score` and `Observation.completeness`);
     place_proposals, static_structure: always (they need only `Matcher.match`);
-    motion_proposals: moving-object proposals from the neighbouring video frames (the segmenter asks for
-        them: `motion_proposals`; they run on cases with a dynamic instance);
+    motion_proposals: the segmenter frames its dynamic instances where the frame moves unlike its
+        background, from the neighbouring video frames (it declares `observe_moving`; cases with a
+        dynamic instance only);
     pose_structure: a pose estimator is present; claims_structure: a judge is configured.
     """
     ev = backend.segmenter.evidence
@@ -95,7 +96,7 @@ def checks(backend: Backend, judge=None) -> dict[str, bool]:
         "extras_by_keypoints": EVIDENCE_FEATURE_SCORE in ev and EVIDENCE_COMPLETENESS in ev,
         "extras_by_template": EVIDENCE_COMPLETENESS in ev,
         "place_proposals": True,
-        "motion_proposals": bool(getattr(backend.segmenter, "motion_proposals", False)),
+        "motion_proposals": callable(getattr(backend.segmenter, "observe_moving", None)),
         "static_structure": True,
         "pose_structure": backend.pose is not None,
         "claims_structure": judge is not None,
@@ -109,8 +110,15 @@ def observe(st: FrameState, backend: Backend) -> None:
 def propose_moving(st: FrameState, backend: Backend) -> None:
     from worldeval.opis.perception.motion import motion_proposals, wants_motion
 
-    if st.neighbours and wants_motion(st.bank, backend):
-        st.obs.extend(motion_proposals(st.frame, st.neighbours))
+    if not (st.neighbours and wants_motion(st.bank, backend)):
+        return
+    # The moving parts say where an object is, not which or how framed: the segmenter frames its
+    # instances there, and only those finds become observations (a bare blob matched nothing on the
+    # tuning clip, and would cost an embedding each).
+    moving = motion_proposals(st.frame, st.neighbours)
+    placed = backend.segmenter.observe_moving(st.frame, moving, st.bank) if moving else []
+    known = [o.box for o in st.obs]
+    st.obs.extend(o for o in placed if not any(box_iou(o.box, b) > 0.8 for b in known))
 
 
 def camera(st: FrameState, backend: Backend, config: EvalConfig) -> None:

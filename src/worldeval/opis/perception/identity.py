@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from worldeval.opis.backends.base import ROUTE_PROJECTION
+from worldeval.opis.backends.base import ROUTE_MOVING, ROUTE_PROJECTION
 from worldeval.opis.perception import projection as P
 from worldeval.opis.perception.association import associate, geometric_gate
 from worldeval.opis.perception.likeness import structure_similarity
@@ -93,9 +93,24 @@ def keypoint_evidence(st) -> np.ndarray:
     return kp
 
 
+def moving_gates(st, gates: np.ndarray, config) -> None:
+    """Close the gate of a find framed at a moving part (route `moving`) that does not look like the
+    instance (descriptor cosine below `moving_min_similarity`): parallax moves parts of a static
+    scene too, and a template framed there can show a passable grey-level structure."""
+    if st.bank.embeddings is None:
+        return
+    ref = st.bank.embeddings / (np.linalg.norm(st.bank.embeddings, axis=1, keepdims=True) + 1e-12)
+    for j, o in enumerate(st.obs):
+        if o.route != ROUTE_MOVING or o.embedding is None:
+            continue
+        e = o.embedding / (np.linalg.norm(o.embedding) + 1e-12)
+        gates[:, j] &= (ref @ e) >= config.moving_min_similarity
+
+
 def associate_observations(st, matcher, config) -> None:
     bank, obs, n = st.bank, st.obs, st.n
     gates = geometric_gates(st, config)
+    moving_gates(st, gates, config)
     prov = provenance(st)
     structure = structure_evidence(st, config) if obs else None
     require_keypoint_support(st, gates, matcher, config, structure)

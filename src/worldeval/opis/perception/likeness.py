@@ -27,9 +27,23 @@ CELLS = 4  # CELLS x CELLS grid
 BINS = 8  # unsigned orientations in [0, pi)
 
 
+def value_channel(image: np.ndarray) -> np.ndarray:
+    """HSV value, max(R, G, B), in the image's own dtype.
+
+    Per channel with OpenCV: numpy's reduction over the last (3-wide) axis is some 50 times
+    slower on a video frame (10 ms against 0.15 ms at 854 x 480), and it ran many times a frame.
+    """
+    import cv2
+
+    if image.ndim != 3 or image.shape[2] != 3:
+        return image.max(axis=2)
+    r, g, b = cv2.split(np.ascontiguousarray(image))
+    return cv2.max(cv2.max(r, g), b)
+
+
 def brightness(image: np.ndarray) -> np.ndarray:
     """HSV value (max over RGB) as float32: unchanged by a change of hue."""
-    return image.max(axis=2).astype(np.float32)
+    return value_channel(image).astype(np.float32)
 
 
 def _crop(v: np.ndarray, mask: np.ndarray, box) -> tuple[np.ndarray, np.ndarray] | None:

@@ -12,9 +12,11 @@ neighbours t - k and t + k of the video, its pixels move unlike the background. 
    background an object uncovers or covers differs towards the past and the future, the object
    itself does not), cleaned by a small opening and closing;
 5. each connected part larger than `MIN_AREA` of the frame (and smaller than `MAX_AREA`) is one
-   observation, route `motion`, with no category and no owner: association decides whose it is
+   moving part (route `motion`, no category, no owner). The segmenter then frames its dynamic
+   instances at these parts (`observe_moving`; classical: the brightness template re-located
+   around each part), and those finds are the observations: association decides whose they are
    on the same likeness evidence as any other find (dynamic instances need
-   `ungated_min_appearance`), identity measures it as usual.
+   `ungated_min_appearance`) and asks them to look like the instance (`moving_min_similarity`).
 
 It departs from the paper, which segments every sampled frame on its own: this reads the two
 neighbouring frames of the video (decoded for this; not sampled, nothing is measured on them).
@@ -46,8 +48,8 @@ def neighbour_offset(fps: float) -> int:
 
 
 def wants_motion(bank, backend) -> bool:
-    """Motion proposals run for a segmenter that asks for them, on a case with a dynamic instance."""
-    return bool(getattr(backend.segmenter, "motion_proposals", False)) and any(t != "static" for t in bank.tracks)
+    """Moving parts are looked for when the segmenter can frame instances there, on a case with a dynamic instance."""
+    return callable(getattr(backend.segmenter, "observe_moving", None)) and any(t != "static" for t in bank.tracks)
 
 
 def _grey(frame: np.ndarray) -> np.ndarray:
