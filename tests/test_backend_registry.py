@@ -154,7 +154,7 @@ def test_checks_follow_what_the_pieces_declare():
     classical = build_backend(pose="none")
     got = checks(classical)
     assert got == {"keypoint_support": True, "search_provenance": True, "extras_by_keypoints": True,
-                   "extras_by_template": True, "place_proposals": True, "motion_proposals": True, "static_structure": True,
+                   "extras_by_template": True, "place_proposals": True, "motion_proposals": False, "static_structure": True,
                    "pose_structure": False, "claims_structure": False}  # fmt: skip
     # the camera's background budget is a backend option like the others (strings converted)
     tuned = build_backend(pose="none", background_features="120", contrast_floor="0.01").matcher

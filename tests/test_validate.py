@@ -180,3 +180,26 @@ def test_rerendered_case_forgets_old_measurements(tmp_path):
     assert not list(runs.glob("*/*/*/c1.*"))
     assert len(list(runs.glob("*/*/*/c2.*"))) == 4  # the other case keeps its parts and status
     assert not list(runs.glob("*/measurements/*.parquet"))
+
+
+def test_plane_depth_copies_cases_with_a_flat_depth_and_leaves_the_originals(tmp_path):
+    import numpy as np
+
+    from worldeval.opis.case import load_case, write_case
+    from worldeval.opis.perception.camera import _depth_is_flat
+    from worldeval.opis.validate import with_plane_depth
+
+    img = np.zeros((40, 60, 3), np.uint8)
+    mask = np.zeros((40, 60), bool)
+    mask[10:20, 10:30] = True
+    spec = {"id": "c1", "domain": "d", "subcategory": "s", "image": "input.png",
+            "instances": [{"id": "o", "category": "box", "kinematics": "rigid", "track": "static"}]}
+    write_case(tmp_path / "ds" / "c1", spec, img, {"o": mask})
+    out = with_plane_depth(tmp_path / "ds", tmp_path / "plane", log=lambda m: None)
+    plain, flat = load_case(tmp_path / "ds" / "c1"), load_case(out / "c1")
+    assert plain.geometry is None  # the user's case is not touched
+    assert flat.geometry is not None and _depth_is_flat(flat.geometry)
+    assert np.all(flat.geometry.depth == 1.0) and flat.geometry.valid.all()
+    # the synthetic camera renders with the case's intrinsics: the flat depth must carry the same K
+    np.testing.assert_allclose(flat.intrinsics(), plain.intrinsics())
+    assert ValidateConfig(plane_depth=True).synth_hash() != ValidateConfig().synth_hash()

@@ -81,9 +81,9 @@ class Segmenter(Protocol):
     name: str
     versions: dict[str, str]  # entries this piece adds to the run manifest
     evidence: frozenset[str]  # optional Observation fields it fills: EVIDENCE_* names
-    # Optional `observe_moving(frame, moving, reference) -> list[Observation]`: finds of the dynamic
-    # instances framed at the frame's moving parts (`moving`: perception/motion.py's blobs); a segmenter
-    # that only searches declares it, and the pipeline adds those finds to its observations.
+    # Optional `frames_moving_parts: bool` with `observe_moving(frame, moving, reference) ->
+    # list[Observation]`: finds of the dynamic instances framed at the frame's moving parts (`moving`:
+    # perception/motion.py's blobs); when true the pipeline adds those finds to the observations.
 
     def observe(self, frame: np.ndarray, phrases: list[str], reference=None) -> list[Observation]:
         """Object observations in `frame` for the case's noun phrases.

@@ -235,7 +235,11 @@ class SearchSegmenter:
         firm_cluster: float = 0.6,
         copy_peak: float = 0.8,
         moving_parts: int = 4,
+        motion: bool = False,
     ):
+        # opt-in (backend option motion=on): on the tuning clip it helped, on the reporting clips it did
+        # not (docs/backends.md, "Moving parts")
+        self.frames_moving_parts = bool(motion)
         self.moving_parts = moving_parts  # largest moving parts of a frame a dynamic instance is placed at
         self.moving_scales = (1.0,)  # sizes, relative to a moving part's, its template re-location starts from
         self.firm_cluster = firm_cluster  # feature-route score n/(n+10): 0.6 = 15 inliers
@@ -247,7 +251,8 @@ class SearchSegmenter:
         self.feature_clusters = feature_clusters
         self.min_inliers = min_inliers
         self.versions = {"segmenter": f"sift-template-search[side={template_side},peaks={template_peaks},"
-                                      f"clusters={feature_clusters},min_inliers={min_inliers}]"}
+                                      f"clusters={feature_clusters},min_inliers={min_inliers}"
+                                      + (",motion=on]" if motion else "]")}
 
     # -- per-case preparation (cached in the reference bank)
     def _prepare(self, bank):
@@ -535,7 +540,9 @@ def build_backend(device: str = "cpu", **options) -> Backend:
     template_side, template_peaks, feature_clusters, min_inliers (int), cnn_weight (float, share of the
     CNN part in the descriptor), contrast_floor (float, SIFT contrast threshold of the background budget),
     scales (comma-separated floats),
-    pose (mediapipe | none: person landmarks for dynamic Structure, eq. 5)."""
+    pose (mediapipe | none: person landmarks for dynamic Structure, eq. 5),
+    motion (on | off, default off: frame dynamic instances where the frame moves on its own, from the
+    neighbouring video frames; docs/backends.md "Moving parts")."""
     import cv2
     import torch
 
@@ -552,14 +559,18 @@ def build_backend(device: str = "cpu", **options) -> Backend:
                 if v not in ("mediapipe", "none"):
                     raise ValueError("choose mediapipe or none")
                 opts[k] = v
+            elif k == "motion":
+                if str(v).lower() not in ("on", "off", "true", "false"):
+                    raise ValueError("choose on or off")
+                opts[k] = str(v).lower() in ("on", "true")
             elif k == "scales":
                 opts[k] = tuple(float(x) for x in (v.split(",") if isinstance(v, str) else v))
             else:
-                raise ValueError(f"unknown option (known: {', '.join(_INT_OPTIONS + _FLOAT_OPTIONS + ('scales', 'pose'))})")
+                raise ValueError(f"unknown option (known: {', '.join(_INT_OPTIONS + _FLOAT_OPTIONS + ('scales', 'pose', 'motion'))})")
         except (TypeError, ValueError) as exc:
             raise ValueError(f"classical backend option {k}={v!r}: {exc}") from exc
     matcher = SiftMatcher(**{k: opts[k] for k in ("feature_max_side", "nfeatures", "background_features", "contrast_floor") if k in opts})
-    seg_opts = {k: opts[k] for k in ("template_side", "scales", "template_peaks", "feature_clusters", "min_inliers") if k in opts}
+    seg_opts = {k: opts[k] for k in ("template_side", "scales", "template_peaks", "feature_clusters", "min_inliers", "motion") if k in opts}
     pose, pose_version = (None, "off (pose=none)") if opts.get("pose") == "none" else load_pose()
     return Backend(
         name="classical",

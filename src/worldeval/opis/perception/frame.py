@@ -33,6 +33,7 @@ from worldeval.opis.perception import projection as P
 from worldeval.opis.perception.association import Association, box_iou
 from worldeval.opis.perception.camera import CameraEstimate, camera_record, estimate_camera
 from worldeval.opis.perception.config import EvalConfig
+from worldeval.opis.perception.motion import frames_moving_parts
 from worldeval.opis.perception.reference import ReferenceBank
 
 
@@ -85,8 +86,8 @@ def checks(backend: Backend, judge=None) -> dict[str, bool]:
         less than its match (needs `Observation.feature_score` and `Observation.completeness`);
     place_proposals, static_structure: always (they need only `Matcher.match`);
     motion_proposals: the segmenter frames its dynamic instances where the frame moves unlike its
-        background, from the neighbouring video frames (it declares `observe_moving`; cases with a
-        dynamic instance only);
+        background, from the neighbouring video frames (it declares `frames_moving_parts` and
+        `observe_moving`: classical with motion=on; cases with a dynamic instance only);
     pose_structure: a pose estimator is present; claims_structure: a judge is configured.
     """
     ev = backend.segmenter.evidence
@@ -96,7 +97,7 @@ def checks(backend: Backend, judge=None) -> dict[str, bool]:
         "extras_by_keypoints": EVIDENCE_FEATURE_SCORE in ev and EVIDENCE_COMPLETENESS in ev,
         "extras_by_template": EVIDENCE_COMPLETENESS in ev,
         "place_proposals": True,
-        "motion_proposals": callable(getattr(backend.segmenter, "observe_moving", None)),
+        "motion_proposals": frames_moving_parts(backend),
         "static_structure": True,
         "pose_structure": backend.pose is not None,
         "claims_structure": judge is not None,

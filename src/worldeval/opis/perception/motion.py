@@ -22,7 +22,9 @@ It departs from the paper, which segments every sampled frame on its own: this r
 neighbouring frames of the video (decoded for this; not sampled, nothing is measured on them).
 A rollout with a camera that translates through a 3-D scene shows parallax, which step 2 does
 not model; those parts become proposals too and are left to association's likeness floor.
-The parameters were chosen on the tuning clip (davis_bmx_trees): docs/validation.md.
+The parameters were chosen on the tuning clip (davis_bmx_trees). It is opt-in (classical backend
+option motion=on): on the reporting clips it did not raise association's agreement and it matched
+the removed dog of libby in more frames (docs/validation.md, "Fourth session").
 """
 
 from __future__ import annotations
@@ -48,8 +50,14 @@ def neighbour_offset(fps: float) -> int:
 
 
 def wants_motion(bank, backend) -> bool:
-    """Moving parts are looked for when the segmenter can frame instances there, on a case with a dynamic instance."""
-    return callable(getattr(backend.segmenter, "observe_moving", None)) and any(t != "static" for t in bank.tracks)
+    """Moving parts are looked for when the segmenter frames instances there, on a case with a dynamic instance."""
+    return frames_moving_parts(backend) and any(t != "static" for t in bank.tracks)
+
+
+def frames_moving_parts(backend) -> bool:
+    """The segmenter declares `frames_moving_parts` true and has `observe_moving`."""
+    seg = backend.segmenter
+    return bool(getattr(seg, "frames_moving_parts", False)) and callable(getattr(seg, "observe_moving", None))
 
 
 def _grey(frame: np.ndarray) -> np.ndarray:
