@@ -182,9 +182,9 @@ def test_camera_from_background_homography_and_static_structure():
     assert proj2.state == OUT_OF_VIEW
 
 
-def test_a_flat_case_depth_makes_static_structure_eq4_so_a_drift_in_place_shows():
-    """Without depth a per-object similarity absorbs a drift (static_flat); a case whose own depth is
-    flat declares the homography exact for every pixel, so the same drift fails Structure (eq. 4)."""
+def test_an_exact_plane_case_makes_static_structure_eq4_so_a_drift_in_place_shows():
+    """Without depth a per-object similarity absorbs a drift (static_flat); a case whose geometry
+    declares `exact_plane` makes the homography exact for every pixel, so the same drift fails eq. 4."""
     import cv2
 
     from worldeval.opis.backends.classical import SiftMatcher
@@ -210,8 +210,16 @@ def test_a_flat_case_depth_makes_static_structure_eq4_so_a_drift_in_place_shows(
     s_flat, info = static_structure(flat_bank, 0, moved, box, cam, m)
     assert info["source"] == "static_flat" and s_flat > 0.8, info  # the similarity took the drift away
 
+    # annotate's flat fallback (a guess at the depth, not a plane) keeps static_flat
+    guess = _bank(img, mask)
+    guess.case.geometry = Geometry(np.ones((240, 320), np.float32), default_intrinsics(240, 320), np.ones((240, 320), bool))
+    cam = estimate_camera(guess, moved, m)
+    assert cam.reliable and not cam.planar_scene
+    assert static_structure(guess, 0, moved, box, cam, m)[1]["source"] == "static_flat"
+
     plane = _bank(img, mask)
-    plane.case.geometry = Geometry(np.ones((240, 320), np.float32), default_intrinsics(240, 320), np.ones((240, 320), bool))
+    plane.case.geometry = Geometry(np.ones((240, 320), np.float32), default_intrinsics(240, 320), np.ones((240, 320), bool),
+                                   exact_plane=True)
     cam = estimate_camera(plane, moved, m)
     assert cam.reliable and cam.kind == "homography" and cam.planar_scene
     s_eq4, info = static_structure(plane, 0, moved, box, cam, m)

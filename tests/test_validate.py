@@ -186,7 +186,6 @@ def test_plane_depth_copies_cases_with_a_flat_depth_and_leaves_the_originals(tmp
     import numpy as np
 
     from worldeval.opis.case import load_case, write_case
-    from worldeval.opis.perception.camera import _depth_is_flat
     from worldeval.opis.validate import with_plane_depth
 
     img = np.zeros((40, 60, 3), np.uint8)
@@ -198,7 +197,7 @@ def test_plane_depth_copies_cases_with_a_flat_depth_and_leaves_the_originals(tmp
     out = with_plane_depth(tmp_path / "ds", tmp_path / "plane", log=lambda m: None)
     plain, flat = load_case(tmp_path / "ds" / "c1"), load_case(out / "c1")
     assert plain.geometry is None  # the user's case is not touched
-    assert flat.geometry is not None and _depth_is_flat(flat.geometry)
+    assert flat.geometry is not None and flat.geometry.exact_plane
     assert np.all(flat.geometry.depth == 1.0) and flat.geometry.valid.all()
     # the synthetic camera renders with the case's intrinsics: the flat depth must carry the same K
     np.testing.assert_allclose(flat.intrinsics(), plain.intrinsics())

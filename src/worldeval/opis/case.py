@@ -137,9 +137,14 @@ class Geometry:
     depth: np.ndarray  # (H, W) float32
     K: np.ndarray  # (3, 3) float64
     valid: np.ndarray  # (H, W) bool
+    # Optional key `exact_plane` (our extension of SPEC's geometry.npz): the depth is a plane and a
+    # homography is exact for every pixel of every frame (a planar scene, or a camera that only turns,
+    # as `opis validate --plane-depth` renders). annotate's flat fallback is NOT this: it is a guess.
+    exact_plane: bool = False
 
     def save(self, path: Path) -> None:
-        np.savez_compressed(path, depth=self.depth.astype(np.float32), K=self.K.astype(np.float64), valid=self.valid)
+        extra = {"exact_plane": np.array(True)} if self.exact_plane else {}
+        np.savez_compressed(path, depth=self.depth.astype(np.float32), K=self.K.astype(np.float64), valid=self.valid, **extra)
 
 
 def default_intrinsics(height: int, width: int, hfov_deg: float = 60.0) -> np.ndarray:
@@ -326,7 +331,8 @@ def _load_geometry(gpath: Path, H: int, W: int) -> Geometry:
     if bad.any():
         n = int(bad.sum())
         raise CaseError(gpath, "depth", f"{n} pixels marked valid hold NaN, inf or non-positive depth")
-    return Geometry(depth=depth, K=K, valid=valid)
+    exact_plane = bool(np.asarray(data["exact_plane"]).all()) if "exact_plane" in data else False
+    return Geometry(depth=depth, K=K, valid=valid, exact_plane=exact_plane)
 
 
 def iter_case_dirs(dataset: str | Path) -> list[Path]:

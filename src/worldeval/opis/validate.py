@@ -78,10 +78,11 @@ class ValidateConfig:
 
 def with_plane_depth(dataset: Path, out: Path, log: Callable[[str], None] = print) -> Path:
     """A copy of the dataset where each case without `geometry.npz` gets a flat one (depth 1 everywhere,
-    valid everywhere, K the case's own intrinsics, the K the synthetic camera renders with).
+    valid everywhere, K the case's own intrinsics, the K the synthetic camera renders with), declared
+    `exact_plane`.
 
     The rollouts of `opis validate` turn and zoom about the optical centre: every pixel moves by one
-    homography whatever its depth, so a flat depth is exact geometry for them. With it the camera says
+    homography whatever its depth, so a flat depth is exact geometry for them. With it the camera knows
     its scene is planar (perception/camera.py) and static Structure is eq. 4, with no per-object
     similarity correction: a moved or resized object shows. Cases that have geometry keep it.
     Real rollouts are another matter: a real camera translates, and a flat depth would be false there.
@@ -102,7 +103,7 @@ def with_plane_depth(dataset: Path, out: Path, log: Callable[[str], None] = prin
         shutil.copytree(d, dst)
         if case.geometry is None:
             H, W = case.shape
-            Geometry(np.ones((H, W), np.float32), case.intrinsics(), np.ones((H, W), bool)).save(dst / "geometry.npz")
+            Geometry(np.ones((H, W), np.float32), case.intrinsics(), np.ones((H, W), bool), exact_plane=True).save(dst / "geometry.npz")
     log(f"plane depth: cases copied to {out}")
     return out
 

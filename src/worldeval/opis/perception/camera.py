@@ -9,9 +9,10 @@ share of the matches is held out of the fit; the camera counts as reliable
 only when enough held-out matches agree with it. With the case's depth the
 camera is a pose from PnP (RANSAC) and points project with their depth; without
 depth (or with a flat one) it is a homography, exact for a pure rotation and
-for planar scenes. A case whose own depth is flat says its scene is such a
-one (`planar_scene`): its homography is then the exact camera of every I0 pixel,
-so static Structure is eq. 4 without a parallax correction (structure.py).
+for planar scenes. A case whose geometry declares `exact_plane` says its scene is
+such a one (`planar_scene`): its homography is then the exact camera of every I0
+pixel, so static Structure is eq. 4 without a parallax correction (structure.py).
+A flat depth alone does not (annotate's flat fallback is a guess, not a plane).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ class CameraEstimate:
     K0: np.ndarray | None = None
     K1: np.ndarray | None = None
     depth: np.ndarray | None = None  # I0 depth (pnp kind)
-    planar_scene: bool = False  # homography kind, and the case's own depth is flat: exact for every I0 pixel
+    planar_scene: bool = False  # homography kind, and the case's geometry declares exact_plane: exact for every I0 pixel
     frame_shape: tuple[int, int] = (0, 0)
     stats: dict = field(default_factory=dict)
     reason: str = ""
@@ -161,7 +162,7 @@ def _fit(bank, frame, corr, support: str, *, holdout, seed, min_matches, inlier_
         if Hm is None or inl is None:
             return CameraEstimate(False, frame_shape=(H1, W1), stats=stats, reason="homography failed")
         n_inl = int(inl.sum())
-        cam = CameraEstimate(True, "homography", H=Hm, frame_shape=(H1, W1), planar_scene=geo is not None and _depth_is_flat(geo))
+        cam = CameraEstimate(True, "homography", H=Hm, frame_shape=(H1, W1), planar_scene=geo is not None and geo.exact_plane)
     fit_rate = n_inl / max(1, len(fit))
     pred, z = cam.project(p0[hold])
     err = np.linalg.norm(pred - p1[hold], axis=1)
@@ -197,11 +198,6 @@ def _depth_is_informative(geo) -> bool:
     if d.size < 16:
         return False
     return float(np.std(d) / (np.mean(d) + 1e-9)) > 0.02
-
-
-def _depth_is_flat(geo) -> bool:
-    """Enough valid depth, and all of it at one distance: the case declares a plane (or a turning camera)."""
-    return int(np.count_nonzero(geo.valid)) >= 16 and not _depth_is_informative(geo)
 
 
 def _homography_sane(Hm: np.ndarray, shape0, shape1) -> bool:

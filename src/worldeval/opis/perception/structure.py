@@ -12,9 +12,9 @@
   off-plane rigid object does to first order) and the residual is scored as in
   eq. 4. It measures how far the object's keypoints are from moving as one rigid
   similarity: shear, stretch, squeeze and broken parts, not a drift in place.
-  A case whose own depth is flat (`planar_scene`: a plane, or a camera that
-  only turns) has an exact homography for every I0 pixel: no correction, and
-  the row is eq. 4 (`static`), so a drift or a resize in place shows.
+  A case whose geometry declares `exact_plane` (`planar_scene`: a plane, or a
+  camera that only turns) has an exact homography for every I0 pixel: no
+  correction, and the row is eq. 4 (`static`), so a drift or a resize shows.
 * pose (eq. 5): segment-length log-ratios against I0 after removing the
   median (one scale per instance), `s = mean exp(-|r - median r| / tau)`.
   Landmarks are lifted to 3-D with depth (I0: the case's geometry; frame: the
