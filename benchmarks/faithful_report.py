@@ -57,6 +57,7 @@ def clip_part(args, out: Path, log) -> tuple[list, dict]:
     result = run_validate_clips(clips, out / "clips", backend=args.backend, workers=args.workers,
                                 log=log, max_frames=args.max_frames)
     figs = vf.clip_figures(result)
+    figs.append(vf.clip_identity_failures(result))
     figs += vf.pass_rate_figures("real:", result["pass_rates"])
     return figs, result
 

@@ -80,3 +80,16 @@ def test_demo_figures():
     assert rank.status == "FAIL"  # static 80 is below forgetful-drop 81
     assert ident.status == "pass" and ident.value == "2/4 frames"  # frames 24 and 48 hold a < 0.35
     assert pres.status == "pass"
+
+
+def test_clip_identity_failures_count_the_recoloured_clip_frames(tmp_path):
+    from worldeval.opis.archive import write_case_part
+
+    df = _rows("recoloured", {24: 0.3, 32: 0.5, 40: 0.2})
+    df.loc[df["instance_id"] == "t", "instance_id"] = "target"  # the clip cases' one instance
+    df["track"] = "dynamic"
+    write_case_part(tmp_path / "run", "recoloured", "c", df)
+    result = {"clips": {"c": {}}, "run_dirs": {"recoloured": str(tmp_path / "run")}}
+    fig = vf.clip_identity_failures(result)
+    assert fig.value == "2/2 frames" and fig.status == "pass"  # 24 and 40 are below tau_I, both fail eq. 3
+    assert vf.clip_identity_failures({"clips": {}}).status == vf.NOT_MEASURED

@@ -182,6 +182,23 @@ def clip_figures(result: dict, presence_min: float = 80.0, agreement_min: float 
     return figs
 
 
+def clip_identity_failures(result: dict, tau_i: float = 0.35) -> Figure:
+    """Real clips: frames where the recoloured object is matched with a < tau_I, and of those the ones eq. 3 fails."""
+    from worldeval.opis.archive import read_archive
+
+    name = "real: recoloured frames with a < tau_I fail eq. 3"
+    run = (result.get("run_dirs") or {}).get("recoloured")
+    if run is None or not result.get("clips"):
+        return not_measured(name, "at least one such frame, and all of them fail", "no recoloured clip evaluated")
+    df = read_archive(run)
+    n_low = n_fail = 0
+    for cid in result["clips"]:
+        rows = df[(df["case_id"] == cid) & (df["instance_id"] == "target")].set_index("frame")
+        lo, fa = identity_failures(rows, df[df["case_id"] == cid], tau_i)
+        n_low, n_fail = n_low + lo, n_fail + fa
+    return Figure(name, f"{n_fail}/{n_low} frames", "at least one such frame, and all of them fail", _status(n_low > 0 and n_fail == n_low))
+
+
 def demo_figures(scores: dict, df: pd.DataFrame, tau_i: float = 0.35, p_min: float = 90.0) -> list[Figure]:
     """The demo's figures: faithful models (oracle, static) P >= 90 on every case and above every forgetful
     model; forgetful-recolor shows identity failures (matched, a < tau_I) and keeps its Presence."""

@@ -462,6 +462,7 @@ def run_validate_clips(folders: list[str | Path], out: str | Path, backend: str 
             log(f"eval clips {name}: done")
     result = assess_clips(run_dirs, records)
     result["config"] = {"clips": [str(f) for f in folders], "backend": backend, "max_frames": max_frames}
+    result["run_dirs"] = {k: str(v) for k, v in run_dirs.items()}
     atomic_write_json(out / "validate_clips.json", result)
     return result
 
