@@ -33,7 +33,7 @@ from worldeval.opis.perception import projection as P
 from worldeval.opis.perception.association import Association, box_iou
 from worldeval.opis.perception.camera import CameraEstimate, camera_record, estimate_camera
 from worldeval.opis.perception.config import EvalConfig
-from worldeval.opis.perception.motion import frames_moving_parts
+from worldeval.opis.perception.motion import frames_moving_parts, motion_proposals, wants_motion
 from worldeval.opis.perception.reference import ReferenceBank
 
 
@@ -109,8 +109,6 @@ def observe(st: FrameState, backend: Backend) -> None:
 
 
 def propose_moving(st: FrameState, backend: Backend) -> None:
-    from worldeval.opis.perception.motion import motion_proposals, wants_motion
-
     if not (st.neighbours and wants_motion(st.bank, backend)):
         return
     # The moving parts say where an object is, not which or how framed: the segmenter frames its
