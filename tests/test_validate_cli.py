@@ -111,3 +111,20 @@ def test_validate_command_rejects_bad_options(tmp_path):
     assert res.exit_code != 0 and "camera" in res.output
     res = CliRunner().invoke(app, ["opis", "validate"])
     assert res.exit_code != 0 and "--dataset" in res.output
+
+
+def test_plane_depth_option_reaches_the_validate_config(tmp_path, monkeypatch):
+    import worldeval.opis.validate as V
+    from worldeval.cli import app
+
+    seen = []
+
+    def fake_run_validate(dataset, out, cfg, log=print):
+        seen.append(cfg.plane_depth)
+        return {"cases": {}, "pass_rates": {"faithful": {"passed": 0, "cases": 0, "ok": True, "required": 0.9}}}
+
+    monkeypatch.setattr(V, "run_validate", fake_run_validate)
+    for extra, want in (([], False), (["--plane-depth"], True)):
+        res = CliRunner().invoke(app, ["opis", "validate", "--dataset", str(tmp_path), "--out", str(tmp_path / "o"), "--json", *extra])
+        assert res.exit_code == 0, res.output
+        assert seen[-1] is want
