@@ -185,6 +185,7 @@ def clip_figures(result: dict, presence_min: float = 80.0, agreement_min: float 
 def clip_identity_failures(result: dict, tau_i: float = 0.35) -> Figure:
     """Real clips: frames where the recoloured object is matched with a < tau_I, and of those the ones eq. 3 fails."""
     from worldeval.opis.archive import read_archive
+    from worldeval.opis.validate_real import CLIP_TARGET
 
     name = "real: recoloured frames with a < tau_I fail eq. 3"
     run = (result.get("run_dirs") or {}).get("recoloured")
@@ -193,7 +194,7 @@ def clip_identity_failures(result: dict, tau_i: float = 0.35) -> Figure:
     df = read_archive(run)
     n_low = n_fail = 0
     for cid in result["clips"]:
-        rows = df[(df["case_id"] == cid) & (df["instance_id"] == "target")].set_index("frame")
+        rows = df[(df["case_id"] == cid) & (df["instance_id"] == CLIP_TARGET)].set_index("frame")
         lo, fa = identity_failures(rows, df[df["case_id"] == cid], tau_i)
         n_low, n_fail = n_low + lo, n_fail + fa
     return Figure(name, f"{n_fail}/{n_low} frames", "at least one such frame, and all of them fail", _status(n_low > 0 and n_fail == n_low))

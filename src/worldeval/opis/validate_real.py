@@ -34,6 +34,7 @@ from worldeval.opis.synth import _box, _dilate, find_free_spot
 
 CLIP_INTERVENTIONS = ("faithful", "removed", "recoloured", "pasted")
 CLIP_FPS = 24.0  # DAVIS frame rate (SOURCE.md)
+CLIP_TARGET = "target"  # the instance id of a clip case's one object
 
 # What the object of each shared clip is (DAVIS-2016: one object per clip); routing as coco.routing.
 CLIP_OBJECTS: dict[str, tuple[str, str, str]] = {
@@ -98,9 +99,9 @@ def write_clip_case(clip: GTClip, case_dir: Path) -> Path:
         "subcategory": "davis",
         "image": "input.png",
         "instruction": f"a real video of a {clip.category}",
-        "instances": [{"id": "target", "category": clip.category, "kinematics": clip.kinematics, "track": clip.track}],
+        "instances": [{"id": CLIP_TARGET, "category": clip.category, "kinematics": clip.kinematics, "track": clip.track}],
     }
-    return write_case(case_dir, spec, clip.frames[0], {"target": clip.masks[0]})
+    return write_case(case_dir, spec, clip.frames[0], {CLIP_TARGET: clip.masks[0]})
 
 
 def background_homographies(clip: GTClip, max_side: int = 640) -> list[np.ndarray | None]:
@@ -291,9 +292,9 @@ def clip_measurements(rows, frames_rec: dict | None, rec: dict, th: ClipThreshol
     boxes = {}
     for fr in (frames_rec or {}).get("frames", []):
         for o in fr["objects"]:
-            if o.get("instance_id") == "target" and o.get("status") == "matched":
+            if o.get("instance_id") == CLIP_TARGET and o.get("status") == "matched":
                 boxes[int(fr["frame"])] = o.get("box")
-    t = rows[rows["instance_id"] == "target"].set_index("frame")
+    t = rows[rows["instance_id"] == CLIP_TARGET].set_index("frame")
     frames = sorted(int(f) for f in rows["frame"].unique())
     shows = [f for f in frames if states.get(f) == "shows"]
     gone = [f for f in frames if states.get(f) == "gone"]

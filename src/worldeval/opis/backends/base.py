@@ -81,9 +81,7 @@ class Segmenter(Protocol):
     name: str
     versions: dict[str, str]  # entries this piece adds to the run manifest
     evidence: frozenset[str]  # optional Observation fields it fills: EVIDENCE_* names
-    # Optional `frames_moving_parts: bool` with `observe_moving(frame, moving, reference) ->
-    # list[Observation]`: finds of the dynamic instances framed at the frame's moving parts (`moving`:
-    # perception/motion.py's blobs); when true the pipeline adds those finds to the observations.
+    # Optionally a `MovingPartsSegmenter` (below).
 
     def observe(self, frame: np.ndarray, phrases: list[str], reference=None) -> list[Observation]:
         """Object observations in `frame` for the case's noun phrases.
@@ -91,6 +89,17 @@ class Segmenter(Protocol):
         `reference` (the case's ReferenceBank) may be used to know *what to look
         for* (e.g. a template search), never to decide identity: association does that.
         """
+        ...
+
+
+@runtime_checkable
+class MovingPartsSegmenter(Segmenter, Protocol):
+    """A segmenter that can frame its dynamic instances where a frame moves on its own (the classical search)."""
+
+    frames_moving_parts: bool  # whether it does so in this run (classical: backend option motion=on)
+
+    def observe_moving(self, frame: np.ndarray, moving: list[Observation], reference) -> list[Observation]:
+        """Finds of the dynamic instances framed at `moving` (perception/motion.py's moving parts)."""
         ...
 
 

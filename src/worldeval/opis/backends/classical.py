@@ -241,7 +241,6 @@ class SearchSegmenter:
         # not (docs/backends.md, "Moving parts")
         self.frames_moving_parts = bool(motion)
         self.moving_parts = moving_parts  # largest moving parts of a frame a dynamic instance is placed at
-        self.moving_scales = (1.0,)  # sizes, relative to a moving part's, its template re-location starts from
         self.firm_cluster = firm_cluster  # feature-route score n/(n+10): 0.6 = 15 inliers
         self.copy_peak = copy_peak  # coarse template correlation a copy of a firmly placed object must reach
         self.matcher = matcher
@@ -306,10 +305,10 @@ class SearchSegmenter:
         """Each dynamic instance's brightness template placed where the frame moves on its own.
 
         A moving part (perception/motion.py) says where an object is, not how it is framed: its
-        mask is a blob. Each dynamic instance's template is re-located around it (`_refine`, at the
-        blob's size, the re-location walking the scale from there), so association compares the instance with a crop framed
-        like its own (on the tuning clip the blob alone reached a likeness of 0.37-0.51, the refined
-        place 0.53-0.82). Template finds, found for that instance, like the search's own.
+        mask is a blob. Each dynamic instance's template is re-located around it (`_refine`, starting
+        at the blob's size and walking the scale from there), so association compares the instance
+        with a crop framed like its own (on the tuning clip the blob alone reached a likeness of
+        0.37-0.51, the refined place 0.53-0.82). Found for that instance, route `moving`.
         """
         bank = reference
         prep = self._prepare(bank)
@@ -323,11 +322,9 @@ class SearchSegmenter:
             found = []
             for o in blobs:
                 bx, by, bw, bh = o.box
-                s0 = math.sqrt(max(1.0, bw * bh) / max(1.0, w * h))
+                s = math.sqrt(max(1.0, bw * bh) / max(1.0, w * h))  # the template at the part's size
                 cx, cy = bx + bw / 2, by + bh / 2
-                for f in self.moving_scales:
-                    s = s0 * f
-                    found.append(self._refine(info, bright, (0.0, cx - w * s / 2, cy - h * s / 2, w * s, h * s)))
+                found.append(self._refine(info, bright, (0.0, cx - w * s / 2, cy - h * s / 2, w * s, h * s)))
             for o in self._place_found(bank, i, info, bright, found, len(blobs)):
                 o.route, o.source = ROUTE_MOVING, f"moving:{bank.ids[i]}"
                 out.append(o)

@@ -193,6 +193,7 @@ _CNN_DIM = 1280
 
 
 def _part_cosine(a: np.ndarray, b: np.ndarray) -> float | None:
+    """Cosine of two vectors, None when either is (numerically) zero."""
     na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
     if na < 1e-8 or nb < 1e-8:
         return None
@@ -209,7 +210,5 @@ def _pool_weights(mask: np.ndarray, fh: int, fw: int) -> np.ndarray:
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
-    na, nb = np.linalg.norm(a), np.linalg.norm(b)
-    if na == 0 or nb == 0:
-        return 0.0
-    return float(np.dot(a, b) / (na * nb))
+    c = _part_cosine(a, b)
+    return 0.0 if c is None else c

@@ -86,8 +86,8 @@ def checks(backend: Backend, judge=None) -> dict[str, bool]:
         less than its match (needs `Observation.feature_score` and `Observation.completeness`);
     place_proposals, static_structure: always (they need only `Matcher.match`);
     motion_proposals: the segmenter frames its dynamic instances where the frame moves unlike its
-        background, from the neighbouring video frames (it declares `frames_moving_parts` and
-        `observe_moving`: classical with motion=on; cases with a dynamic instance only);
+        background, from the neighbouring video frames (a `MovingPartsSegmenter` that does so in this
+        run: classical with motion=on; cases with a dynamic instance only);
     pose_structure: a pose estimator is present; claims_structure: a judge is configured.
     """
     ev = backend.segmenter.evidence

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from worldeval.opis.backends.base import ROUTE_MOVING, ROUTE_PROJECTION
+from worldeval.opis.backends.base import ROUTE_MOVING, ROUTE_PROJECTION, AppearanceEmbedder
 from worldeval.opis.perception import projection as P
 from worldeval.opis.perception.association import associate, geometric_gate
+from worldeval.opis.perception.embedding import cosine
 from worldeval.opis.perception.likeness import structure_similarity
 from worldeval.opis.perception.places import keypoint_support, support_needed
 
@@ -99,12 +100,10 @@ def moving_gates(st, gates: np.ndarray, config) -> None:
     scene too, and a template framed there can show a passable grey-level structure."""
     if st.bank.embeddings is None:
         return
-    ref = st.bank.embeddings / (np.linalg.norm(st.bank.embeddings, axis=1, keepdims=True) + 1e-12)
     for j, o in enumerate(st.obs):
-        if o.route != ROUTE_MOVING or o.embedding is None:
-            continue
-        e = o.embedding / (np.linalg.norm(o.embedding) + 1e-12)
-        gates[:, j] &= (ref @ e) >= config.moving_min_similarity
+        if o.route == ROUTE_MOVING and o.embedding is not None:
+            for i, ref in enumerate(st.bank.embeddings):
+                gates[i, j] &= cosine(ref, o.embedding) >= config.moving_min_similarity
 
 
 def associate_observations(st, matcher, config) -> None:
@@ -145,7 +144,7 @@ def identify(st, config, embedder=None) -> None:
     (`AppearanceEmbedder`), else the descriptors' cosine that association used.
     """
     assoc, bank = st.assoc, st.bank
-    own = getattr(embedder, "appearance", None) if bank.embeddings is not None else None
+    own = embedder.appearance if isinstance(embedder, AppearanceEmbedder) and bank.embeddings is not None else None
     st.ambiguous = [bool(assoc.ambiguous[i]) and not weak_static_tie(st, i, config) for i in range(st.n)]
     st.visibility, st.appearance = [], []
     for i in range(st.n):

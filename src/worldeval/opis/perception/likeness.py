@@ -35,7 +35,9 @@ def value_channel(image: np.ndarray) -> np.ndarray:
     """
     import cv2
 
-    if image.ndim != 3 or image.shape[2] != 3:
+    if image.ndim == 2:
+        return image
+    if image.shape[2] != 3:
         return image.max(axis=2)
     r, g, b = cv2.split(np.ascontiguousarray(image))
     return cv2.max(cv2.max(r, g), b)

@@ -33,7 +33,7 @@ import threading
 
 import numpy as np
 
-from worldeval.opis.backends.base import ROUTE_MOTION, Observation, mask_box
+from worldeval.opis.backends.base import ROUTE_MOTION, MovingPartsSegmenter, Observation, mask_box
 
 SIDE = 320  # long side of the grey copies the flow runs on
 RESIDUAL = 1.0  # px at SIDE: flow this far off the background homography moves on its own
@@ -55,9 +55,9 @@ def wants_motion(bank, backend) -> bool:
 
 
 def frames_moving_parts(backend) -> bool:
-    """The segmenter declares `frames_moving_parts` true and has `observe_moving`."""
+    """The segmenter is a `MovingPartsSegmenter` and does so in this run."""
     seg = backend.segmenter
-    return bool(getattr(seg, "frames_moving_parts", False)) and callable(getattr(seg, "observe_moving", None))
+    return isinstance(seg, MovingPartsSegmenter) and bool(seg.frames_moving_parts)
 
 
 def _grey(frame: np.ndarray) -> np.ndarray:
@@ -121,6 +121,5 @@ def motion_proposals(frame: np.ndarray, neighbours: list[np.ndarray]) -> list[Ob
         if not (MIN_AREA <= share <= MAX_AREA):
             continue
         mask = cv2.resize((lab == c).astype(np.uint8), (W, H), interpolation=cv2.INTER_NEAREST).astype(bool)
-        out.append(Observation(mask=mask, box=mask_box(mask), category=None, score=float(min(1.0, share / MIN_AREA / 10)),
-                               source="motion", route=ROUTE_MOTION))
+        out.append(Observation(mask=mask, box=mask_box(mask), category=None, source="motion", route=ROUTE_MOTION))
     return out
