@@ -353,3 +353,28 @@ def test_identity_appearance_is_the_geometric_mean_of_the_two_parts():
     assert st.appearance == [pytest.approx(0.4)] and st.visibility == ["expected_visible"]
     identify(st, None)
     assert st.appearance == [pytest.approx(0.523)]
+
+
+def test_sift_keypoints_come_in_one_order_whatever_the_thread_count():
+    """OpenCV gathers parallel SIFT detections in thread order; the matcher's features must not."""
+    import cv2
+
+    from worldeval.opis.backends.classical import SiftMatcher
+
+    rng = np.random.default_rng(3)
+    img = cv2.GaussianBlur((rng.random((360, 480, 3)) * 255).astype(np.uint8), (0, 0), 1.5)
+    before = cv2.getNumThreads()
+    got = []
+    try:
+        for threads in (1, 2, 4):
+            cv2.setNumThreads(threads)
+            f = SiftMatcher()._detect(img, 2000, None, None)
+            got.append((f.xy, f.desc))
+    finally:
+        cv2.setNumThreads(before)
+    assert len(got[0][0]) > 200
+    for xy, desc in got[1:]:
+        np.testing.assert_array_equal(xy, got[0][0])
+        np.testing.assert_array_equal(desc, got[0][1])
+    resp = SiftMatcher()._detect(img, 2000, None, None).response
+    assert np.all(np.diff(resp) <= 0)  # strongest first

@@ -116,7 +116,9 @@ def background_homographies(clip: GTClip, max_side: int = 640) -> list[np.ndarra
     def feats(k):
         g = cv2.cvtColor(cv2.resize(clip.frames[k], None, fx=s, fy=s, interpolation=cv2.INTER_AREA), cv2.COLOR_RGB2GRAY)
         bg = (~_dilate(cv2.resize(clip.masks[k].astype(np.uint8), (g.shape[1], g.shape[0])) > 0, 8)).astype(np.uint8)
-        return sift.detectAndCompute(g, bg * 255)
+        from worldeval.opis.backends.classical import sift_canonical
+
+        return sift_canonical(*sift.detectAndCompute(g, bg * 255))
 
     out: list[np.ndarray | None] = [np.eye(3)]
     prev = feats(0)

@@ -49,6 +49,21 @@ def _key(image: np.ndarray) -> tuple:
     return (image.__array_interface__["data"][0], image.shape, image.strides)
 
 
+def sift_canonical(kps, desc):
+    """SIFT keypoints and descriptors in one fixed order: strongest first, ties by place, size, angle.
+
+    OpenCV detects in parallel and gathers each thread's keypoints in the order the threads finished,
+    so the same image gives the same set in an order that depends on the thread count (checked: 1, 2
+    and 4 threads gave three orders of one set). Matching and RANSAC sample by index, so the order
+    reached the camera's correspondences; sorted, the measurement depends on the image alone.
+    """
+    if desc is None or len(kps) == 0:
+        return kps, desc
+    a = np.array([(kp.response, kp.pt[1], kp.pt[0], kp.size, kp.angle) for kp in kps], dtype=np.float64)
+    order = np.lexsort((a[:, 4], a[:, 3], a[:, 2], a[:, 1], -a[:, 0]))
+    return [kps[k] for k in order], desc[order]
+
+
 class SiftMatcher:
     name = "opencv-sift"
     detects_keypoints = True
@@ -100,7 +115,7 @@ class SiftMatcher:
             size = (max(1, round(W * s)), max(1, round(H * s)))
             gray = cv2.resize(gray, size, interpolation=cv2.INTER_AREA)
             m8 = None if m8 is None else cv2.resize(m8, size, interpolation=cv2.INTER_NEAREST)
-        kps, desc = self._sift[ck].detectAndCompute(gray, m8)
+        kps, desc = sift_canonical(*self._sift[ck].detectAndCompute(gray, m8))
         if desc is None or len(kps) == 0:
             return Features(np.zeros((0, 2)), np.zeros((0, 128), np.float32), (H, W))
         xy = np.array([kp.pt for kp in kps], dtype=np.float64)
