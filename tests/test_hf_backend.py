@@ -412,3 +412,39 @@ def test_frame_batches_through_the_evaluator(tiny, tmp_path):
     for col in ("instance_id", "frame", "visibility", "matched", "extra"):
         assert a[col].tolist() == b[col].tolist(), col
     np.testing.assert_allclose(a["appearance"].to_numpy(float), b["appearance"].to_numpy(float), atol=1e-4)
+
+
+def test_dino_dense_features_grid_and_unit_length(tiny):
+    from worldeval.opis.backends.hf_embed import DinoDenseFeatures
+
+    emb = DinoEmbedder(tiny["dinov3"], CPU, option="dinov3")
+    dense = DinoDenseFeatures(emb, side=64)
+    img, _, _ = _scene(90, 120)
+    f = dense.dense(img)
+    # long side 120 -> 64 px: 48 x 64 px, i.e. (48 / patch) x (64 / patch) tokens
+    p = dense.patch
+    assert f.shape[:2] == (round(48 / p), round(64 / p)) == dense.grid((90, 120))
+    np.testing.assert_allclose(np.linalg.norm(f, axis=-1), 1.0, atol=1e-5)
+    np.testing.assert_array_equal(f, dense.dense(img))  # deterministic
+
+
+def test_hf_propagation_stage_runs_end_to_end(tiny, tmp_path):
+    """The hf bundle supplies DINO patch features; propagation runs over the video before the frames
+    are measured, its evidence reaches the per-frame record and its time the stage timings."""
+    from worldeval.opis.case import load_case
+    from worldeval.opis.evaluate import EvalConfig, evaluate_rollout
+
+    case_dir, video = _tiny_case_and_video(tmp_path)
+    backend = build_hf_backend("cpu", sam3=tiny["sam3"], dinov3=tiny["dinov3"], matcher=tiny["lightglue"],
+                               score_threshold=0.0, features_side=64)
+    assert isinstance(backend.features, base.DenseFeatures)
+    assert "dense_features" in backend.versions
+    res = evaluate_rollout(load_case(case_dir), video, "m", backend)
+    assert res.timings["propagation"] > 0
+    objs = [o for fr in res.frames["frames"] for o in fr["objects"] if o["instance_id"]]
+    assert objs and all("propagation" in o and "route" in o for o in objs)
+    for o in objs:
+        if o["propagation"] is not None:
+            assert o["propagation"]["mass"] >= 0 and 0.5 <= o["propagation"]["confidence"] <= 1
+    off = evaluate_rollout(load_case(case_dir), video, "m", backend, EvalConfig(propagation=False))
+    assert all(o["propagation"] is None and o["route"] != "propagated" for fr in off.frames["frames"] for o in fr["objects"] if o["instance_id"])

@@ -26,7 +26,7 @@ from worldeval.opis.perception.reference import ReferenceBank, build_reference
 
 __all__ = ["EvalConfig", "RolloutResult", "STAGES", "evaluate_rollout", "load_backend", "reference_for"]
 
-STAGES = ("decode", "observation", "camera", "association", "embedding", "structure", "writing")
+STAGES = ("decode", "propagation", "observation", "camera", "association", "embedding", "structure", "writing")
 
 # The run-folder layer moved to opis/run.py; these names still import from here.
 _MOVED_TO_RUN = ("EvalItem", "ItemResult", "VIDEO_SUFFIXES", "find_rollout", "run_eval", "evaluate_item")
@@ -160,6 +160,37 @@ def _neighbour_indices(indices: list[int], info, bank: ReferenceBank, backend: B
     return {t: tuple(n for n in (t - k, t + k) if 0 <= n < info.num_frames) for t in indices}
 
 
+def _propagation_grid(info, indices: list[int], backend: Backend, config: EvalConfig) -> list[int]:
+    from worldeval.opis.perception.propagation import propagation_grid
+
+    if not (config.propagation and backend.features is not None):
+        return []
+    return propagation_grid(info.num_frames, indices, config.propagation_stride)
+
+
+def propagation_reference(bank: ReferenceBank, backend: Backend):
+    """I0's features and labels for the propagation stage, computed once per reference bank."""
+    from worldeval.opis.perception.propagation import build_propagation_reference
+
+    key = ("propagation", backend.features.name, tuple(sorted(backend.features.versions.items())))
+    if key not in bank.cache:
+        bank.cache[key] = build_propagation_reference(bank.image, bank.masks, backend.features)
+    return bank.cache[key]
+
+
+def _propagate(bank: ReferenceBank, backend: Backend, frames: dict, grid: list[int], indices: list[int], config: EvalConfig) -> dict:
+    """The sampled frames' propagated labels (empty when the stage does not run)."""
+    if not grid:
+        return {}
+    from worldeval.opis.perception.embedding import torch_threads
+    from worldeval.opis.perception.propagation import propagate_rollout
+
+    # each step needs the one before, so the frames cannot share the cores: the network may
+    # use all of them here (the crop embedder keeps to one thread while frames run in parallel)
+    with torch_threads(_frame_threads()):
+        return propagate_rollout(propagation_reference(bank, backend), frames, grid, indices, backend.features, config)
+
+
 def evaluate_rollout(
     case: Case, video: str | Path, model: str, backend: Backend, config: EvalConfig | None = None, judge=None,
     keep_masks: bool = False,
@@ -176,12 +207,17 @@ def evaluate_rollout(
             raise MediaError(video, f"too short to sample: {info.num_frames} frames at {info.fps:g} fps")
     with timer("embedding"):
         bank = reference_for(case, backend)
+    grid = _propagation_grid(info, indices, backend, config)
     with timer("decode"):
         near = _neighbour_indices(indices, info, bank, backend)
-        wanted = sorted(set(indices) | {n for pair in near.values() for n in pair})
+        wanted = sorted(set(indices) | set(grid) | {n for pair in near.values() for n in pair})
         decoded = decode_frames(video, indices=wanted, max_side=config.max_side)
         by_index = dict(zip(wanted, decoded.frames))
         sampled = SampledFrames(info=decoded.info, indices=list(indices), frames=[by_index[i] for i in indices])
+    with timer("propagation"):
+        propagated = _propagate(bank, backend, by_index, grid, indices, config)
+    for i in set(grid) - set(indices) - {n for pair in near.values() for n in pair}:
+        by_index.pop(i, None)  # only the sampled frames and motion neighbours are needed from here
     rows: list[dict] = []
     frame_records: list[dict] = []
     masks: dict = {}
@@ -194,7 +230,8 @@ def evaluate_rollout(
         # frame's measurements independent of which thread or worker ran the frames before it.
         cv2.setRNGSeed(int(config.seed) + int(fidx))
         nb = [by_index[n] for n in near.get(int(fidx), ())]
-        return measure_frame(bank, frame, backend, config, judge, index=int(fidx), timer=timer, observations=obs, neighbours=nb)
+        return measure_frame(bank, frame, backend, config, judge, index=int(fidx), timer=timer, observations=obs, neighbours=nb,
+                             propagated=propagated.get(int(fidx)))
 
     # Sampled frames are measured independently; OpenCV and torch release the GIL, so two
     # frames in flight use both cores of a small machine. Results do not depend on the order.

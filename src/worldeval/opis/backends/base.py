@@ -24,6 +24,7 @@ ROUTE_TEMPLATE = "template"  # a correlation peak of one instance's colour templ
 ROUTE_PROJECTION = "projection"  # the pipeline's proposal at the place the camera puts a static instance
 ROUTE_MOTION = "motion"  # the pipeline's proposal where the frame moves unlike its background (perception/motion.py)
 ROUTE_MOVING = "moving"  # a segmenter's find of one instance framed at such a moving part (`observe_moving`)
+ROUTE_PROPAGATED = "propagated"  # an instance's I0 mask carried to the frame by label propagation (perception/propagation.py)
 
 # Optional evidence a segmenter may put on its observations (declared in `Segmenter.evidence`).
 EVIDENCE_FEATURE_SCORE = "feature_score"
@@ -37,6 +38,15 @@ def mask_box(mask: np.ndarray) -> tuple[float, float, float, float]:
     if len(xs) == 0:
         return (0.0, 0.0, 0.0, 0.0)
     return (float(xs.min()), float(ys.min()), float(xs.max() - xs.min() + 1), float(ys.max() - ys.min() + 1))
+
+
+@dataclass
+class PropagationEvidence:
+    """What verifies a propagated mask (route `propagated`): it may have survived its object."""
+
+    mass: float  # the instance's label mass in this frame over its mass in I0 (each a share of its frame)
+    confidence: float  # mean propagated label inside the mask, in [0.5, 1]
+    object_share: float  # share of the mask's feature cells closer to I0's object than to I0's background
 
 
 @dataclass
@@ -60,6 +70,7 @@ class Observation:
     # Share of the searched instance that lands inside the frame (a copy must be whole to count
     # as an extra on strong evidence alone); 0.0 when the segmenter cannot say.
     completeness: float = 0.0
+    propagation: PropagationEvidence | None = None  # set on route `propagated` only
 
 
 @dataclass
@@ -141,6 +152,18 @@ class BatchEmbedder(Embedder, Protocol):
 
 
 @runtime_checkable
+class DenseFeatures(Protocol):
+    """Per-location features of a whole frame, for label propagation (perception/propagation.py)."""
+
+    name: str
+    versions: dict[str, str]
+
+    def dense(self, image: np.ndarray) -> np.ndarray:
+        """h x w x C float32 unit vectors on a regular grid over the image (same grid for same-size images)."""
+        ...
+
+
+@runtime_checkable
 class Matcher(Protocol):
     name: str
     versions: dict[str, str]
@@ -203,3 +226,4 @@ class Backend:
     depth: DepthEstimator | None = None
     pose: PoseEstimator | None = None
     versions: dict[str, str] = field(default_factory=dict)
+    features: DenseFeatures | None = None  # dense features for the propagation stage (None: it does not run)

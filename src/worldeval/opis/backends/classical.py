@@ -33,7 +33,7 @@ from worldeval.opis.backends.base import (
 )  # fmt: skip
 from worldeval.opis.backends.mediapipe_pose import load_pose
 from worldeval.opis.perception.association import box_iou
-from worldeval.opis.perception.embedding import EfficientNetColourEmbedder
+from worldeval.opis.perception.embedding import EfficientNetColourEmbedder, EfficientNetDenseFeatures
 from worldeval.opis.perception.likeness import value_channel
 
 
@@ -542,14 +542,15 @@ def _dedupe(cands: list[Observation], iou: float = 0.75) -> list[Observation]:
 
 
 _INT_OPTIONS = ("feature_max_side", "nfeatures", "background_features", "template_side", "template_peaks", "feature_clusters",
-                "min_inliers")
+                "min_inliers", "features_side")
 _FLOAT_OPTIONS = ("cnn_weight", "contrast_floor")
 
 
 def build_backend(device: str = "cpu", **options) -> Backend:
     """The classical backend. Options (strings from the command line are converted):
     feature_max_side, nfeatures, background_features (the camera's keypoint budget on I0's background),
-    template_side, template_peaks, feature_clusters, min_inliers (int), cnn_weight (float, share of the
+    template_side, template_peaks, feature_clusters, min_inliers, features_side (int: long side in pixels of the
+    frames the propagation stage computes dense features on, default 640), cnn_weight (float, share of the
     CNN part in the descriptor), contrast_floor (float, SIFT contrast threshold of the background budget),
     scales (comma-separated floats),
     pose (mediapipe | none: person landmarks for dynamic Structure, eq. 5),
@@ -584,6 +585,7 @@ def build_backend(device: str = "cpu", **options) -> Backend:
     matcher = SiftMatcher(**{k: opts[k] for k in ("feature_max_side", "nfeatures", "background_features", "contrast_floor") if k in opts})
     seg_opts = {k: opts[k] for k in ("template_side", "scales", "template_peaks", "feature_clusters", "min_inliers", "motion") if k in opts}
     pose, pose_version = (None, "off (pose=none)") if opts.get("pose") == "none" else load_pose()
+    features = EfficientNetDenseFeatures(side=opts.get("features_side", 640))
     return Backend(
         name="classical",
         segmenter=SearchSegmenter(matcher, **seg_opts),
@@ -592,5 +594,6 @@ def build_backend(device: str = "cpu", **options) -> Backend:
         depth=None,
         pose=pose,
         versions={"opencv": cv2.__version__, "torch": torch.__version__, "embedder": "efficientnet-lite0 (ImageNet) + Lab histogram",
-                  "pose": pose_version},
+                  "pose": pose_version, **features.versions},
+        features=features,
     )

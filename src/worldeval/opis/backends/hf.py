@@ -92,7 +92,7 @@ def model_version(name: str, model) -> str:
 OPTION_TYPES: dict[str, type] = {
     "score_threshold": float, "mask_threshold": float, "dedupe_iou": float, "max_observations": int,
     "phrase_batch": int, "min_area_frac": float, "points_per_side": int, "iou_threshold": float, "point_batch": int,
-    "embed_size": int, "pooling": str, "color_weight": float, "embed_batch": int, "context": float,
+    "embed_size": int, "pooling": str, "color_weight": float, "embed_batch": int, "context": float, "features_side": int,
     "match_long_side": int, "min_match_score": float, "max_matches": int, "depth_size": int,
     "pose_min_conf": float, "animal_dataset_index": int, "human_dataset_index": int, "batch_size": int,
 }  # fmt: skip
@@ -250,6 +250,11 @@ def build_hf_backend(
     for piece in (segmenter, embedder, match, depth_est, pose):
         if piece is not None:
             versions.update(piece.versions)
+    from worldeval.opis.backends.hf_embed import DinoDenseFeatures
+
+    features = DinoDenseFeatures(embedder, side=options.get("features_side", 640))
+    versions.update(features.versions)
     return Backend(
-        name="hf", segmenter=segmenter, embedder=embedder, matcher=match, depth=depth_est, pose=pose, versions=versions
+        name="hf", segmenter=segmenter, embedder=embedder, matcher=match, depth=depth_est, pose=pose, versions=versions,
+        features=features,
     )

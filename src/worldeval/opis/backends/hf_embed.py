@@ -189,3 +189,50 @@ class DinoEmbedder:
         dino = (dino / np.maximum(n, 1e-12)).astype(np.float32)
         bounds = np.cumsum([0] + [len(boxes) for _, _, boxes in items])
         return [dino[bounds[k] : bounds[k + 1]] for k in range(len(items))]
+
+
+class DinoDenseFeatures:
+    """DenseFeatures protocol from the embedder's own ViT: its patch tokens over the whole frame.
+
+    DINO patch features are the strongest known features for label propagation (Caron et al. 2021
+    evaluate DINO on DAVIS this way). The frame is resized so that its long side is about `side`
+    pixels, each side a multiple of the patch size, normalised with the checkpoint's mean and std,
+    and the last layer's patch tokens (registers and CLS dropped) are L2-normalised per location.
+    """
+
+    name = "dino-patch-tokens"
+
+    def __init__(self, embedder: DinoEmbedder, side: int = 640):
+        self.embedder = embedder
+        patch = embedder.model.config.patch_size
+        self.patch = int(patch[0] if isinstance(patch, (list, tuple)) else patch)
+        self.side = int(side)
+        if embedder.processor is not None:
+            self.mean, self.std = tuple(embedder.processor.image_mean), tuple(embedder.processor.image_std)
+        else:
+            self.mean, self.std = embedder.prep.mean, embedder.prep.std
+        self.versions = {"dense_features": f"{embedder.versions['embedder']} patch tokens, long side ~{self.side} px, L2-normalised"}
+
+    def grid(self, shape: tuple[int, int]) -> tuple[int, int]:
+        """(rows, columns) of patches for a frame of `shape` (H, W)."""
+        H, W = shape
+        s = self.side / max(H, W)
+        return max(1, int(round(H * s / self.patch))), max(1, int(round(W * s / self.patch)))
+
+    def dense(self, image: np.ndarray) -> np.ndarray:
+        import cv2
+        import torch
+
+        gh, gw = self.grid(image.shape[:2])
+        x = cv2.resize(image, (gw * self.patch, gh * self.patch), interpolation=cv2.INTER_AREA).astype(np.float32) / 255.0
+        x = (x - np.array(self.mean, np.float32)) / np.array(self.std, np.float32)
+        model = self.embedder.model
+        pix = torch.from_numpy(x).permute(2, 0, 1)[None].contiguous().to(self.embedder.device)
+        if self.embedder.dtype is not None:
+            pix = pix.to(self.embedder.dtype)
+        with torch.inference_mode():
+            tokens = model(pixel_values=pix).last_hidden_state[0, self.embedder.num_prefix :].float()
+            tokens = torch.nn.functional.normalize(tokens, dim=-1)
+        if tokens.shape[0] != gh * gw:
+            raise ValueError(f"dense features: {tokens.shape[0]} patch tokens for a {gh} x {gw} grid")
+        return tokens.reshape(gh, gw, -1).cpu().numpy()

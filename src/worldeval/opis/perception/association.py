@@ -29,6 +29,9 @@ import numpy as np
 W_EMBED, W_ATTR, W_CAT = 0.6, 0.15, 0.25
 # with a likeness matrix the colour-sensitive embedding counts less than the structure evidence
 W_STRUCT, W_KEYPOINTS, W_EMBED_WITH_STRUCT = 0.4, 0.25, 0.2
+# a verified propagated mask is the strongest evidence of which object is which: it followed the
+# object from I0 through every frame in between, where a search judges one frame alone
+W_PROPAGATION = 0.6
 
 
 @dataclass
@@ -92,15 +95,21 @@ def geometric_gate(proj_box, obs_box, frame_shape, tol_frac: float = 0.05) -> bo
     return 0.6 <= r <= 1.67
 
 
-def likeness_matrix(structure: np.ndarray, keypoints: np.ndarray | None) -> np.ndarray:
-    """Evidence that observation j is instance i itself: the larger of structure and keypoint evidence."""
-    if keypoints is None:
-        return structure
-    return np.fmax(structure, keypoints)
+def likeness_matrix(structure: np.ndarray, keypoints: np.ndarray | None, propagation: np.ndarray | None = None) -> np.ndarray:
+    """Evidence that observation j is instance i itself: the largest of structure, keypoint and propagation evidence."""
+    like = structure if keypoints is None else np.fmax(structure, keypoints)
+    return like if propagation is None else np.fmax(like, propagation)
 
 
-def _evidence(s_e: float, structure, keypoints, i: int, j: int) -> tuple[float, float]:
-    """(weighted sum, weight) of the appearance, structure and keypoint terms present for pair (i, j)."""
+def _evidence(s_e: float, structure, keypoints, i: int, j: int, propagation=None) -> tuple[float, float]:
+    """(weighted sum, weight) of the appearance, structure, keypoint and propagation terms present for pair (i, j)."""
+    num, den = _evidence_no_propagation(s_e, structure, keypoints, i, j)
+    if propagation is not None and np.isfinite(propagation[i, j]):
+        num, den = num + W_PROPAGATION * float(propagation[i, j]), den + W_PROPAGATION
+    return num, den
+
+
+def _evidence_no_propagation(s_e: float, structure, keypoints, i: int, j: int) -> tuple[float, float]:
     if structure is None:
         return (W_EMBED * max(0.0, float(s_e)), W_EMBED) if np.isfinite(s_e) else (0.0, 0.0)
     num, den = W_STRUCT * float(structure[i, j]), W_STRUCT
@@ -130,6 +139,7 @@ def associate(
     instance_min_appearance: list[float] | None = None,
     structure: np.ndarray | None = None,
     keypoints: np.ndarray | None = None,
+    propagation: np.ndarray | None = None,
 ) -> Association:
     """`provenance[i, j]` is true when observation j was found by searching for instance i (or by a
     search that names no instance); an observation found for another instance needs the higher
@@ -138,7 +148,8 @@ def associate(
     `structure[i, j]` in [0, 1] is colour-invariant structure likeness and `keypoints[i, j]` in [0, 1]
     the instance's own keypoint evidence (NaN: none). With `structure`, the floors `min_appearance`,
     `foreign_min_appearance` and `instance_min_appearance` apply to the likeness max(structure, keypoints)
-    instead of the embedding cosine."""
+    instead of the embedding cosine. `propagation[i, j]` in [0, 1] is a verified propagated mask's evidence
+    for its own instance (NaN elsewhere); it counts as likeness and as an affinity term."""
     from scipy.optimize import linear_sum_assignment
 
     n, m = len(ref_categories), len(obs_categories)
@@ -150,12 +161,12 @@ def associate(
         a = ref_emb / (np.linalg.norm(ref_emb, axis=1, keepdims=True) + 1e-12)
         b = obs_emb / (np.linalg.norm(obs_emb, axis=1, keepdims=True) + 1e-12)
         sim = a @ b.T
-    like = sim if structure is None else likeness_matrix(structure, keypoints)
+    like = sim if structure is None else likeness_matrix(structure, keypoints, propagation)
     for i in range(n):
         floor = min_appearance if instance_min_appearance is None else max(min_appearance, instance_min_appearance[i])
         for j in range(m):
             if _eligible(like, i, j, floor, provenance, foreign_min_appearance) and (gates is None or gates[i, j]):
-                num, den = _evidence(sim[i, j], structure, keypoints, i, j)
+                num, den = _evidence(sim[i, j], structure, keypoints, i, j, propagation)
                 aff[i, j] = _affinity(num, den, ref_attrs[i], obs_attrs[j], ref_categories[i], obs_categories[j])
     cost = np.where(np.isfinite(aff), -aff, 1e3)
     rows, cols = linear_sum_assignment(cost)

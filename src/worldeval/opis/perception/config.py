@@ -39,4 +39,16 @@ class EvalConfig(BaseModel):
     extra_feature_score: float = 0.44  # feature-route score n/(n+10): >= 8 RANSAC inliers
     extra_template_score: float = 0.85  # template-route normalised cross-correlation
     camera_holdout: float = 0.2
+    # Propagation stage (perception/propagation.py): I0's masks carried through the video by label
+    # propagation, as in the DAVIS protocol of Jabri et al. 2020 / Caron et al. 2021 (their values).
+    propagation: bool = True  # runs when the backend supplies dense features
+    propagation_stride: int = 4  # every k-th video frame (and every sampled one)
+    propagation_topk: int = 5
+    propagation_temperature: float = 0.07
+    propagation_memory: int = 4  # last propagated frames kept beside I0
+    propagation_radius: int = 6  # feature cells a location may move between two remembered frames
+    # verification of a propagated mask (a removed object's mask can survive on what replaced it)
+    propagation_min_mass: float = 0.2  # label mass over I0's
+    propagation_min_object_share: float = 0.5  # cells closer to I0's object than to I0's background
+    propagation_same_place: float = 0.5  # box IoU at which a search find of the same instance is the propagated one again
     seed: int = 0

@@ -212,3 +212,58 @@ def _pool_weights(mask: np.ndarray, fh: int, fw: int) -> np.ndarray:
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
     c = _part_cosine(a, b)
     return 0.0 if c is None else c
+
+
+class EfficientNetDenseFeatures:
+    """DenseFeatures protocol: the EfficientNet-Lite0 map after block 10 (112 channels, stride 16).
+
+    The frame is resized so that its long side is `side` pixels (640: DAVIS's 854 x 480 at 0.75),
+    and every location's vector is L2-normalised, so the affinity of two locations is a cosine.
+    Block 10 is the last stride-16 block: deeper blocks halve the resolution, which loses thin
+    parts of an object; shallower ones match texture more than objects (the label-propagation
+    protocol of Jabri et al. 2020 takes the same mid-level stride-16 stage of its ResNet).
+    """
+
+    name = "efficientnet-lite0-block10"
+    BLOCK = 10
+
+    def __init__(self, side: int = 640):
+        self.side = int(side)
+        self.versions = {"dense_features": f"efficientnet-lite0 (ImageNet) block {self.BLOCK}, long side {self.side} px, L2-normalised"}
+
+    def dense(self, image: np.ndarray) -> np.ndarray:
+        import cv2
+        import torch
+
+        model, _ = _load()
+        H, W = image.shape[:2]
+        s = self.side / max(H, W)
+        size = (max(16, int(round(W * s))), max(16, int(round(H * s))))
+        x = cv2.resize(image, size, interpolation=cv2.INTER_AREA if s < 1 else cv2.INTER_LINEAR).astype(np.float32)
+        x = (x - 127.0) / 128.0
+        with torch.inference_mode():
+            y = model._swish(model._bn0(model._conv_stem(torch.from_numpy(x).permute(2, 0, 1)[None].contiguous())))
+            for block in model._blocks[: self.BLOCK + 1]:
+                y = block(y)
+            y = torch.nn.functional.normalize(y[0], dim=0)
+        return y.permute(1, 2, 0).contiguous().numpy()
+
+
+
+class torch_threads:
+    """torch's thread count set for a block and restored after it."""
+
+    def __init__(self, n: int):
+        self.n = max(1, int(n))
+
+    def __enter__(self):
+        import torch
+
+        self.before = torch.get_num_threads()
+        torch.set_num_threads(self.n)
+        return self
+
+    def __exit__(self, *exc):
+        import torch
+
+        torch.set_num_threads(self.before)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from worldeval.opis.backends.base import ROUTE_OPEN, ROUTE_PROJECTION, ROUTE_TEMPLATE
+from worldeval.opis.backends.base import ROUTE_OPEN, ROUTE_PROJECTION, ROUTE_PROPAGATED, ROUTE_TEMPLATE
 from worldeval.opis.perception import projection as P
 from worldeval.opis.perception.association import box_iou
 
@@ -121,7 +121,8 @@ def search_extras(st, seen, config) -> None:
     assoc, sim = st.assoc, st.assoc.similarity
     matched = {j for j in assoc.match if j is not None}
     for j, o in enumerate(st.obs):
-        if j in matched or o.route == ROUTE_PROJECTION or not _in_seen_region(o, seen, st.shape):
+        # a propagated mask is a reference instance carried forward, never a new object
+        if j in matched or o.route in (ROUTE_PROJECTION, ROUTE_PROPAGATED) or not _in_seen_region(o, seen, st.shape):
             continue
         col = sim[:, j] if sim.size else np.array([])
         if not len(col) or not np.isfinite(col).any():

@@ -56,6 +56,8 @@ class FrameState:
     structure_source: list[str | None] = field(default_factory=list)
     frame_depth: tuple | None = None  # (depth, K) of the frame from the backend's depth model, when asked for
     neighbours: list[np.ndarray] = field(default_factory=list)  # video frames next to this one (motion proposals)
+    propagated: object | None = None  # propagation.PropagatedFrame of this frame, when the stage ran
+    propagation: dict[int, object] = field(default_factory=dict)  # instance -> PropagationEvidence, verified or not
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -120,6 +122,24 @@ def propose_moving(st: FrameState, backend: Backend) -> None:
     st.obs.extend(o for o in placed if not any(box_iou(o.box, b) > 0.8 for b in known))
 
 
+def propagate(st: FrameState, config: EvalConfig) -> None:
+    """Verified propagated masks join the observations; association weighs them against the search finds."""
+    from worldeval.opis.perception.propagation import propagated_observations, verified
+
+    if st.propagated is None:
+        return
+    id_index = {k: i for i, k in enumerate(st.bank.ids)}
+    for o in propagated_observations(st.bank, st.frame, st.propagated):
+        st.propagation[id_index[o.found_for[0]]] = o.propagation
+        if not verified(o.propagation, config):
+            continue
+        # A search find of the same instance at the same place is the same object found twice; the
+        # propagated mask keeps its shape (a template keeps I0's), so it stands for both. Finds
+        # elsewhere stay and compete in association: propagation can drift onto a neighbour.
+        st.obs = [q for q in st.obs if not (q.found_for == o.found_for and box_iou(q.box, o.box) >= config.propagation_same_place)]
+        st.obs.append(o)
+
+
 def camera(st: FrameState, backend: Backend, config: EvalConfig) -> None:
     st.cam = estimate_camera(st.bank, st.frame, backend.matcher, holdout=config.camera_holdout, seed=config.seed)
 
@@ -141,25 +161,28 @@ def embed(st: FrameState, backend: Backend) -> None:
 
 def measure_frame(bank: ReferenceBank, frame: np.ndarray, backend: Backend, config: EvalConfig, judge=None,
                   index: int = 0, timer=None, observations: list | None = None,
-                  neighbours: list[np.ndarray] | None = None) -> FrameResult:
+                  neighbours: list[np.ndarray] | None = None, propagated=None) -> FrameResult:
     """Measure one frame: the stages in order (`timer(stage)` is a context manager summing seconds).
 
     `observations`: the segmenter's observations of this frame when already made in a batch of frames.
     `neighbours`: the video's frames `motion.neighbour_offset` before and after this one, for the
     moving-object proposals of a segmenter that asks for them (none: no motion proposals).
+    `propagated`: this frame's `propagation.PropagatedFrame` (none: the propagation stage did not run).
     """
     from worldeval.opis.perception.extras import confirm_extras
     from worldeval.opis.perception.identity import associate_observations, identify
     from worldeval.opis.perception.structure import measure_structure
 
     timer = timer or (lambda stage: nullcontext())
-    st = FrameState(bank=bank, frame=frame, index=index, neighbours=list(neighbours or []))
+    st = FrameState(bank=bank, frame=frame, index=index, neighbours=list(neighbours or []), propagated=propagated)
     with timer("observation"):
         if observations is None:
             observe(st, backend)
         else:
             st.obs = list(observations)
         propose_moving(st, backend)
+    with timer("propagation"):
+        propagate(st, config)
     with timer("camera"):
         camera(st, backend, config)
         project(st, backend, config)
@@ -181,6 +204,13 @@ def _box_list(b) -> list[float] | None:
 
 def _round(v: float | None) -> float | None:
     return None if v is None else round(v, 4)
+
+
+def _evidence_record(ev) -> dict | None:
+    """The instance's propagated mask in this frame (whether or not it was verified), for reports and audits."""
+    if ev is None:
+        return None
+    return {"mass": _round(ev.mass), "confidence": _round(ev.confidence), "object_share": _round(ev.object_share)}
 
 
 def frame_records(st: FrameState) -> FrameResult:
@@ -208,7 +238,8 @@ def frame_records(st: FrameState) -> FrameResult:
             "instance_id": bank.ids[i], "category": bank.categories[i], "status": status, "box": _box_list(box),
             "appearance": _round(st.appearance[i]), "structure": _round(st.structure[i]),
             # the matched observation's own mask (COCO RLE; its box is `box`), for audits against ground truth
-            "mask": rle,
+            "mask": rle, "route": obs[j].route if j is not None else None,
+            "propagation": _evidence_record(st.propagation.get(i)),
         })  # fmt: skip
     for j in st.extras:
         rows.append({

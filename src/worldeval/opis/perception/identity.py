@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from worldeval.opis.backends.base import ROUTE_MOVING, ROUTE_PROJECTION, AppearanceEmbedder
+from worldeval.opis.backends.base import ROUTE_MOVING, ROUTE_PROJECTION, ROUTE_PROPAGATED, AppearanceEmbedder
 from worldeval.opis.perception import projection as P
 from worldeval.opis.perception.association import associate, geometric_gate
 from worldeval.opis.perception.embedding import cosine
 from worldeval.opis.perception.likeness import structure_similarity
 from worldeval.opis.perception.places import keypoint_support, support_needed
+from worldeval.opis.perception.propagation import propagated_visibility
 
 
 def geometric_gates(st, config) -> np.ndarray:
@@ -66,7 +67,8 @@ def require_keypoint_support(st, gates: np.ndarray, matcher, config, structure: 
         for j, o in enumerate(st.obs):
             firm = o.feature_score >= config.extra_feature_score  # >= 8 SIFT inliers
             firm = firm or (structure is not None and structure[i, j] >= config.firm_likeness)
-            if not gates[i, j] or firm or o.route == ROUTE_PROJECTION:
+            # a propagated mask carries its own verification (its features against I0's)
+            if not gates[i, j] or firm or o.route in (ROUTE_PROJECTION, ROUTE_PROPAGATED):
                 continue
             if keypoint_support(bank, i, st.frame, matcher, o.box) < need:
                 gates[i, j] = False
@@ -92,6 +94,23 @@ def keypoint_evidence(st) -> np.ndarray:
             if w in id_index:
                 kp[id_index[w], j] = score
     return kp
+
+
+def propagation_matrix(st) -> np.ndarray | None:
+    """n x m: a verified propagated mask's evidence for its own instance (`propagation_evidence`), NaN elsewhere;
+    None when the frame has no propagated observation."""
+    from worldeval.opis.perception.propagation import propagation_evidence
+
+    if not any(o.route == ROUTE_PROPAGATED for o in st.obs):
+        return None
+    q = np.full((st.n, len(st.obs)), np.nan)
+    id_index = {k: i for i, k in enumerate(st.bank.ids)}
+    for j, o in enumerate(st.obs):
+        if o.route == ROUTE_PROPAGATED and o.propagation is not None:
+            for w in o.found_for:
+                if w in id_index:
+                    q[id_index[w], j] = propagation_evidence(o.propagation)
+    return q
 
 
 def moving_gates(st, gates: np.ndarray, config) -> None:
@@ -122,7 +141,7 @@ def associate_observations(st, matcher, config) -> None:
         gates, [o.box for o in obs],
         threshold=config.association_threshold, margin=config.ambiguity_margin, min_appearance=config.min_likeness,
         provenance=prov, foreign_min_appearance=config.foreign_min_appearance, instance_min_appearance=floor,
-        structure=structure, keypoints=keypoint_evidence(st) if obs else None,
+        structure=structure, keypoints=keypoint_evidence(st) if obs else None, propagation=propagation_matrix(st),
     )  # fmt: skip
 
 
@@ -161,5 +180,6 @@ def identify(st, config, embedder=None) -> None:
             st.visibility.append(st.projs[i].state)
             st.appearance.append(None)
         else:
-            st.visibility.append(P.UNKNOWN)
+            # no camera places it (a dynamic object): where its propagated mask went may still say why it is not seen
+            st.visibility.append(propagated_visibility(st.propagated, i, st.propagation.get(i), config) or P.UNKNOWN)
             st.appearance.append(None)

@@ -1,0 +1,242 @@
+"""The propagation stage: I0's instance masks carried through the rollout by label propagation.
+
+A searched-for object that turns, deforms or changes its light is lost by template and keypoint
+search; the standard remedy of self-supervised video object segmentation is label propagation
+(Jabri et al. 2020, "Space-Time Correspondence as a Contrastive Random Walk"; the DAVIS protocol
+of Caron et al. 2021): every location of a new frame takes the labels of the locations it resembles
+most in a memory of frames already labelled. Here the labels are I0's instance masks, jointly
+(channel 0 the background, one channel per reference instance, so neighbours compete for every
+location), the memory is I0 itself (global: any location) plus the last `propagation_memory`
+propagated frames (local: within `propagation_radius` feature cells, objects move little between
+two steps), each location keeps its `propagation_topk` best affinities, softmax at
+`propagation_temperature`, and the labels are the weighted sum.
+
+Propagation runs over the video's own frames every `propagation_stride` frames (and every sampled
+frame), before the sampled frames are measured: each step needs the one before. What it hands the
+per-frame stages is a `PropagatedFrame` per sampled frame; `propagated_observations` turns it into
+observations (route `propagated`) with the evidence that verifies them (`PropagationEvidence`):
+propagation alone is not a verdict, since a removed object's mask can survive on whatever took its
+place.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from worldeval.opis.backends.base import ROUTE_PROPAGATED, Observation, PropagationEvidence, mask_box
+
+BACKGROUND = 0  # label channel of the background; instance k is channel k + 1
+
+
+@dataclass
+class PropagatedFrame:
+    """Labels of one sampled frame at feature resolution, with that frame's features."""
+
+    index: int
+    labels: np.ndarray  # (K + 1) x h x w float32, sums to 1 at every location
+    features: np.ndarray  # h x w x C, unit vectors
+    last_seen: list[tuple | None] = field(default_factory=list)  # per instance: (box at feature scale, touched the border) when last present
+    reference: "PropagationReference | None" = None  # I0's side, which verification compares with
+
+
+@dataclass
+class PropagationReference:
+    """I0's side of the propagation: its features, labels and per-instance mass (share of the frame)."""
+
+    features: np.ndarray  # h0 x w0 x C
+    labels: np.ndarray  # (K + 1) x h0 x w0
+    mass: np.ndarray  # K: each instance's label mass as a share of the frame
+
+    @property
+    def n(self) -> int:
+        return self.labels.shape[0] - 1
+
+
+def reference_labels(masks: list[np.ndarray], h: int, w: int) -> np.ndarray:
+    """(K + 1) x h x w soft labels of the instance masks at feature resolution (area-averaged)."""
+    import cv2
+
+    inst = [cv2.resize(m.astype(np.float32), (w, h), interpolation=cv2.INTER_AREA) for m in masks]
+    inst = np.stack(inst) if inst else np.zeros((0, h, w), np.float32)
+    total = inst.sum(0)
+    # masks are exclusive in a case, but area averaging at an edge can sum past 1
+    scale = np.maximum(1.0, total)
+    inst = inst / scale
+    bg = np.clip(1.0 - inst.sum(0), 0.0, 1.0)
+    return np.concatenate([bg[None], inst]).astype(np.float32)
+
+
+def build_propagation_reference(image: np.ndarray, masks: list[np.ndarray], features) -> PropagationReference:
+    f0 = np.asarray(features.dense(image), np.float32)
+    lab = reference_labels(masks, *f0.shape[:2])
+    return PropagationReference(features=f0, labels=lab, mass=lab[1:].reshape(len(masks), -1).mean(1))
+
+
+def _near(h: int, w: int, radius: int):
+    """hw x hw bool: the two cells lie within `radius` cells of each other (Chebyshev)."""
+    import torch
+
+    ys, xs = np.divmod(np.arange(h * w), w)
+    near = (np.abs(ys[:, None] - ys[None]) <= radius) & (np.abs(xs[:, None] - xs[None]) <= radius)
+    return torch.from_numpy(near)
+
+
+class LabelPropagator:
+    """One propagation pass over a rollout: feed frames in order, get their labels."""
+
+    def __init__(self, ref: PropagationReference, topk: int = 5, temperature: float = 0.07, memory: int = 4, radius: int = 6):
+        import torch
+
+        self.ref_f = torch.from_numpy(ref.features.reshape(-1, ref.features.shape[-1]))
+        self.ref_l = torch.from_numpy(ref.labels.reshape(ref.labels.shape[0], -1).T.copy())
+        self.topk, self.temperature, self.radius = int(topk), float(temperature), int(radius)
+        self.recent: deque = deque(maxlen=max(0, int(memory)))
+        self._near_cache: dict = {}
+
+    def step(self, features: np.ndarray) -> np.ndarray:
+        """(K + 1) x h x w labels of a frame from its h x w x C features."""
+        import torch
+
+        h, w, c = features.shape
+        tgt = torch.from_numpy(np.ascontiguousarray(features.reshape(-1, c), dtype=np.float32))
+        affs, labs = [tgt @ self.ref_f.T], [self.ref_l]
+        if self.recent:
+            near = self._near_cache.get((h, w))
+            if near is None:
+                near = self._near_cache[(h, w)] = _near(h, w, self.radius)
+            for f, lab in self.recent:
+                if f.shape[0] != tgt.shape[0]:
+                    continue  # a frame of another size (cannot happen within one video)
+                affs.append((tgt @ f.T).masked_fill_(~near, float("-inf")))
+                labs.append(lab)
+        aff, lab = torch.cat(affs, 1), torch.cat(labs, 0)
+        vals, idx = aff.topk(min(self.topk, aff.shape[1]), dim=1)
+        wts = torch.softmax(vals / self.temperature, dim=1)
+        out = (wts[..., None] * lab[idx]).sum(1)  # hw x (K + 1)
+        self.recent.append((tgt, out))
+        return out.T.reshape(-1, h, w).contiguous().numpy()
+
+
+def propagation_grid(num_frames: int, sampled: list[int], stride: int) -> list[int]:
+    """Video frames the propagation visits: every `stride`-th frame and every sampled one, up to the last sample."""
+    if not sampled:
+        return []
+    last = max(sampled)
+    return sorted(set(range(max(1, stride), last + 1, max(1, stride))) | set(sampled))
+
+
+def _last_seen(labels: np.ndarray, k: int, min_cells: float = 0.5) -> tuple | None:
+    """(box at feature scale, whether it touches the frame's edge) of instance k's label mass, or None when it has none."""
+    m = labels[k + 1] > 0.5
+    if m.sum() < min_cells:
+        return None
+    box = mask_box(m)
+    h, w = m.shape
+    x, y, bw, bh = box
+    return box, bool(x <= 0 or y <= 0 or x + bw >= w or y + bh >= h)
+
+
+def propagate_rollout(ref: PropagationReference, frames: dict[int, np.ndarray], grid: list[int], sampled: list[int],
+                      features, config) -> dict[int, PropagatedFrame]:
+    """Propagate I0's labels over `grid` (frames: index -> RGB); the sampled frames' results."""
+    prop = LabelPropagator(ref, topk=config.propagation_topk, temperature=config.propagation_temperature,
+                           memory=config.propagation_memory, radius=config.propagation_radius)
+    want = set(sampled)
+    last: list[tuple | None] = [None] * ref.n
+    out: dict[int, PropagatedFrame] = {}
+    for t in grid:
+        f = np.asarray(features.dense(frames[t]), np.float32)
+        lab = prop.step(f)
+        if t in want:
+            out[t] = PropagatedFrame(index=t, labels=lab, features=f, last_seen=list(last), reference=ref)
+        for k in range(ref.n):
+            seen = _last_seen(lab, k)
+            if seen is not None:
+                last[k] = seen
+    return out
+
+
+def object_share(ref: PropagationReference, feats: np.ndarray, cells: np.ndarray, k: int) -> float:
+    """Share of the cells (bool h x w) whose features are closer to I0's instance k than to I0's background.
+
+    Each side's closeness is the best cosine over its I0 cells (label above 0.5). A removed object's
+    propagated mask that survives on the background behind it is closer to I0's background.
+    """
+    f0 = ref.features.reshape(-1, ref.features.shape[-1])
+    obj = ref.labels[k + 1].reshape(-1) > 0.5
+    bg = ref.labels[BACKGROUND].reshape(-1) > 0.5
+    if not cells.any() or not obj.any():
+        return 0.0
+    if not bg.any():
+        return 1.0
+    q = feats[cells]
+    best_obj = (q @ f0[obj].T).max(1)
+    best_bg = (q @ f0[bg].T).max(1)
+    return float((best_obj > best_bg).mean())
+
+
+def propagated_observations(bank, frame: np.ndarray, pf: PropagatedFrame) -> list[Observation]:
+    """One observation per reference instance whose propagated mask is not empty in this frame.
+
+    The mask is the instance's label upsampled to the frame and thresholded at 0.5 (the protocol's
+    rule); its evidence: label mass relative to I0's (both as shares of their frames), mean label
+    inside the mask (confidence), and `object_share`.
+    """
+    import cv2
+
+    H, W = frame.shape[:2]
+    ref = pf.reference
+    out = []
+    for k in range(len(bank)):
+        cells = pf.labels[k + 1] > 0.5
+        if not cells.any():
+            continue
+        up = cv2.resize(pf.labels[k + 1], (W, H), interpolation=cv2.INTER_LINEAR)
+        mask = up > 0.5
+        if not mask.any():
+            continue
+        mass = float(pf.labels[k + 1].mean()) / max(float(ref.mass[k]), 1e-9)
+        ev = PropagationEvidence(mass=mass, confidence=float(up[mask].mean()), object_share=object_share(ref, pf.features, cells, k))
+        out.append(Observation(mask=mask, box=mask_box(mask), category=bank.categories[k], score=ev.confidence,
+                               source="propagation", route=ROUTE_PROPAGATED, found_for=[bank.ids[k]], propagation=ev))
+    return out
+
+
+def verified(ev: PropagationEvidence | None, config) -> bool:
+    """A propagated mask may stand for its object: enough of its I0 mass left, mostly on object-like features."""
+    return ev is not None and ev.mass >= config.propagation_min_mass and ev.object_share >= config.propagation_min_object_share
+
+
+def propagation_evidence(ev: PropagationEvidence) -> float:
+    """The propagated mask's evidence of being its instance, in [0, 1]: its object share.
+
+    Not its confidence: labels are soft (a mean of 0.6-0.7 inside the mask on the tuning clip), and how
+    sure the propagation is says less about identity than what the mask's features resemble in I0."""
+    return float(ev.object_share)
+
+
+def propagated_visibility(pf: PropagatedFrame | None, i: int, ev: PropagationEvidence | None, config) -> str | None:
+    """Visibility of an unmatched instance from where its propagated mask went; None when it cannot say.
+
+    Mass that left the frame (the instance was last seen touching the frame's edge and has too little
+    mass now): `out_of_view`. Its last place now mostly labelled as another instance (a neighbour
+    moved in front): `occluded`. A mask still verified but unmatched, or lost in the open, says nothing.
+    """
+    from worldeval.opis.perception.projection import OCCLUDED, OUT_OF_VIEW
+
+    if pf is None or i >= len(pf.last_seen) or pf.last_seen[i] is None or (ev is not None and verified(ev, config)):
+        return None
+    (x, y, w, h), at_edge = pf.last_seen[i]
+    if at_edge:
+        return OUT_OF_VIEW
+    place = np.zeros(pf.labels.shape[1:], bool)
+    place[int(y) : int(y + h), int(x) : int(x + w)] = True
+    others = np.delete(pf.labels[1:], i, axis=0)
+    if others.size and place.any():
+        covered = (others.max(0) > 0.5) & place
+        if covered.sum() >= config.occluded_share * place.sum():
+            return OCCLUDED
+    return None

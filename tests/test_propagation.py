@@ -1,0 +1,195 @@
+"""The propagation stage: label propagation of I0's masks, its verification and its visibility states.
+
+The arithmetic is checked on hand-built feature maps whose affinities are known; the whole stage
+on short clips built so that the answer is known (an object sliding over a textured floor, the
+same clip with the object painted out).
+"""
+
+from __future__ import annotations
+
+import math
+import numpy as np
+import pytest
+
+from worldeval.opis.backends.base import PropagationEvidence
+from worldeval.opis.perception import propagation as PR
+from worldeval.opis.perception.config import EvalConfig
+from worldeval.opis.perception.projection import OCCLUDED, OUT_OF_VIEW
+
+
+def _onehot(h, w, c=None):
+    """h x w x c features, location k the k-th unit vector (every pair of locations orthogonal)."""
+    c = c or h * w
+    f = np.zeros((h, w, c), np.float32)
+    for k in range(h * w):
+        f[k // w, k % w, k] = 1.0
+    return f
+
+
+def test_reference_labels_are_area_shares_and_sum_to_one():
+    m = np.zeros((8, 8), bool)
+    m[:4, :4] = True  # exactly the top-left cell of a 2 x 2 grid
+    half = np.zeros((8, 8), bool)
+    half[4:, 4:6] = True  # half of the bottom-right cell
+    lab = PR.reference_labels([m, half], 2, 2)
+    assert lab.shape == (3, 2, 2)
+    np.testing.assert_allclose(lab[1], [[1, 0], [0, 0]])
+    np.testing.assert_allclose(lab[2], [[0, 0], [0, 0.5]])
+    np.testing.assert_allclose(lab[0], [[0, 1], [1, 0.5]])
+    np.testing.assert_allclose(lab.sum(0), 1.0)
+
+
+def test_one_step_is_a_softmax_over_the_top_k_affinities():
+    """Target location 0 resembles I0's locations 0 and 1 (affinities 0.894 and 0.447) and no other;
+    with top-2 at temperature 0.1 its labels are the softmax of those affinities over 0.1."""
+    ref_f = _onehot(1, 4)
+    ref_lab = np.zeros((3, 1, 4), np.float32)
+    ref_lab[1, 0, 0] = 1  # location 0: instance 1
+    ref_lab[2, 0, 1] = 1  # location 1: instance 2
+    ref_lab[0, 0, 2:] = 1
+    ref = PR.PropagationReference(ref_f, ref_lab, ref_lab[1:].reshape(2, -1).mean(1))
+    tgt = np.zeros((1, 4, 4), np.float32)
+    tgt[0, 0] = (1.0, 0.5, 0, 0)
+    tgt[0, 0] /= np.linalg.norm(tgt[0, 0])
+    for k in range(1, 4):
+        tgt[0, k] = ref_f[0, k]
+    lab = PR.LabelPropagator(ref, topk=2, temperature=0.1, memory=0).step(tgt)
+    a0, a1 = tgt[0, 0, 0], tgt[0, 0, 1]  # affinities with I0's locations 0 and 1
+    w0 = 1 / (1 + math.exp((a1 - a0) / 0.1))
+    np.testing.assert_allclose(lab[1, 0, 0], w0, rtol=1e-5)
+    np.testing.assert_allclose(lab[2, 0, 0], 1 - w0, rtol=1e-5)
+    # location 1 equals I0's location 1: its top-2 are (1, 0) -> weights softmax(10, 0)
+    w = 1 / (1 + math.exp(-10))
+    np.testing.assert_allclose(lab[2, 0, 1], w, rtol=1e-5)
+    np.testing.assert_allclose(lab.sum(0), 1.0, rtol=1e-5)
+
+
+def test_local_memory_only_reaches_within_the_radius():
+    """A remembered frame lends its labels only within `radius` cells: a location 3 cells away from
+    its twin in the last frame takes I0's labels instead."""
+    h, w = 1, 6
+    ref_f = np.zeros((h, w, 3), np.float32)
+    ref_f[..., 2] = 1.0  # I0: every location the same vector, background
+    ref_lab = np.zeros((2, h, w), np.float32)
+    ref_lab[0] = 1.0
+    ref = PR.PropagationReference(ref_f, ref_lab, np.array([0.0]))
+    prop = PR.LabelPropagator(ref, topk=1, temperature=0.07, memory=1, radius=2)
+    prev_f = np.zeros((h, w, 3), np.float32)
+    prev_f[..., 2] = 1.0
+    prev_f[0, 0] = (1, 0, 0)
+    import torch
+
+    prop.recent.append((torch.from_numpy(prev_f.reshape(-1, 3)), torch.tensor([[0.0, 1.0]] + [[1.0, 0.0]] * 5)))
+    near, far = prev_f.copy(), prev_f.copy()
+    near[0, 0], near[0, 2] = (0, 0, 1), (1, 0, 0)  # the object moved 2 cells: within reach
+    far[0, 0], far[0, 3] = (0, 0, 1), (1, 0, 0)  # 3 cells: out of reach
+    import copy
+
+    assert copy.deepcopy(prop).step(near)[1, 0, 2] == pytest.approx(1.0)
+    assert prop.step(far)[1, 0, 3] == pytest.approx(0.0)
+
+
+def test_grid_visits_every_stride_and_every_sample_up_to_the_last():
+    assert PR.propagation_grid(80, [24, 32, 40], 4) == list(range(4, 41, 4))
+    assert PR.propagation_grid(80, [24, 32], 5) == [5, 10, 15, 20, 24, 25, 30, 32]
+    assert PR.propagation_grid(80, [], 4) == []
+
+
+def test_object_share_counts_cells_nearer_the_object_than_the_background():
+    ref_f = _onehot(1, 4)
+    lab = np.zeros((2, 1, 4), np.float32)
+    lab[1, 0, :2] = 1
+    lab[0, 0, 2:] = 1
+    ref = PR.PropagationReference(ref_f, lab, np.array([0.5]))
+    feats = np.zeros((1, 4, 4), np.float32)
+    feats[0, 0] = (0.9, 0, 0.1, 0)  # nearer object cell 0
+    feats[0, 1] = (0, 0.2, 0, 0.8)  # nearer background cell 3
+    feats[0, 2] = (0, 0.6, 0.4, 0)  # nearer object cell 1
+    cells = np.array([[True, True, True, False]])
+    assert PR.object_share(ref, feats, cells, 0) == pytest.approx(2 / 3)
+
+
+def test_verification_needs_mass_and_object_share():
+    cfg = EvalConfig()
+    ok = PropagationEvidence(mass=0.8, confidence=0.7, object_share=0.9)
+    assert PR.verified(ok, cfg)
+    assert not PR.verified(PropagationEvidence(mass=cfg.propagation_min_mass / 2, confidence=0.7, object_share=0.9), cfg)
+    assert not PR.verified(PropagationEvidence(mass=0.8, confidence=0.9, object_share=0.3), cfg)
+    assert not PR.verified(None, cfg)
+
+
+def test_visibility_of_a_lost_mask_from_where_it_went():
+    cfg = EvalConfig()
+    labels = np.zeros((3, 4, 6), np.float32)
+    labels[0] = 1.0
+    frame = PR.PropagatedFrame(index=8, labels=labels, features=np.zeros((4, 6, 1), np.float32),
+                               last_seen=[((0.0, 1.0, 2.0, 2.0), True), ((3.0, 1.0, 2.0, 2.0), False)])
+    assert PR.propagated_visibility(frame, 0, None, cfg) == OUT_OF_VIEW
+    assert PR.propagated_visibility(frame, 1, None, cfg) is None  # lost in the open: cannot say
+    labels[1, 1:3, 3:5], labels[0, 1:3, 3:5] = 1.0, 0.0  # instance 0's labels now cover instance 1's place
+    assert PR.propagated_visibility(frame, 1, None, cfg) == OCCLUDED
+    held = PropagationEvidence(mass=1.0, confidence=0.8, object_share=0.9)
+    assert PR.propagated_visibility(frame, 1, held, cfg) is None  # still verified: not hidden
+
+
+# ---------------------------------------------------------------- the stage on built clips
+
+
+def _sliding_clip(n=48, remove_from=None):
+    """A textured disc sliding right over a textured floor (a different texture), 160 x 224."""
+    import cv2
+
+    rng = np.random.default_rng(5)
+    H, W = 160, 224
+    floor = cv2.GaussianBlur((rng.random((H, W, 3)) * 255).astype(np.uint8), (0, 0), 3)
+    floor = (floor * np.array([0.4, 0.7, 0.4])).astype(np.uint8)
+    tex = cv2.GaussianBlur((rng.random((H, W, 3)) * 255).astype(np.uint8), (0, 0), 1)
+    tex[..., 0] = np.maximum(tex[..., 0], 200)
+    yy, xx = np.mgrid[:H, :W]
+    frames, masks = [], []
+    for t in range(n):
+        cx = 60 + 2 * t
+        m = (yy - 80) ** 2 + (xx - cx) ** 2 < 28**2
+        img = floor.copy()
+        if remove_from is None or t < remove_from:
+            img[m] = np.roll(tex, 2 * t, axis=1)[m]
+        frames.append(img)
+        masks.append(m)
+    return frames, masks
+
+
+@pytest.fixture(scope="module")
+def features():
+    from worldeval.opis.perception.embedding import EfficientNetDenseFeatures
+
+    return EfficientNetDenseFeatures(side=224)
+
+
+def _run(frames, masks, features, cfg=None):
+    cfg = cfg or EvalConfig()
+    ref = PR.build_propagation_reference(frames[0], [masks[0]], features)
+    sampled = list(range(24, len(frames), 8))
+    grid = PR.propagation_grid(len(frames), sampled, cfg.propagation_stride)
+    out = PR.propagate_rollout(ref, dict(enumerate(frames)), grid, sampled, features, cfg)
+    bank = type("Bank", (), {"categories": ["disc"], "ids": ["disc"], "__len__": lambda self: 1})()
+    return {t: PR.propagated_observations(bank, frames[t], pf) for t, pf in out.items()}, cfg
+
+
+def test_a_sliding_object_is_followed_and_verified(features):
+    frames, masks = _sliding_clip()
+    obs, cfg = _run(frames, masks, features)
+    assert sorted(obs) == [24, 32, 40]
+    for t, found in obs.items():
+        assert len(found) == 1
+        o = found[0]
+        iou = (o.mask & masks[t]).sum() / (o.mask | masks[t]).sum()
+        assert iou > 0.6, (t, iou)
+        assert PR.verified(o.propagation, cfg), (t, o.propagation)
+        assert o.route == "propagated" and o.found_for == ["disc"]
+
+
+def test_a_painted_out_object_is_not_verified(features):
+    frames, masks = _sliding_clip(remove_from=1)
+    obs, cfg = _run(frames, masks, features)
+    for t, found in obs.items():
+        assert not any(PR.verified(o.propagation, cfg) for o in found), (t, [o.propagation for o in found])
