@@ -326,23 +326,27 @@ def test_embedding_separates_objects_and_sees_colour():
     assert E.appearance(ref, rc) < 0.35 < float(ref @ rc)
 
 
-def test_identity_appearance_is_the_geometric_mean_of_the_two_parts():
+def test_identity_appearance_is_the_minimum_of_the_two_calibrated_parts():
     from worldeval.opis.perception.embedding import EfficientNetColourEmbedder
     from worldeval.opis.perception.identity import identify
 
-    E = EfficientNetColourEmbedder(cnn_weight=0.7)
+    E = EfficientNetColourEmbedder(cnn_weight=0.7, cnn_calibration=(0.06, 0.6), colour_calibration=(0.385, 1.0))
     u1, u2 = np.zeros(1280), np.zeros(1280)
-    u1[0], u2[0], u2[1] = 1.0, 0.64, math.sqrt(1 - 0.64**2)  # CNN cosine 0.64
+    u1[0], u2[0], u2[1] = 1.0, 0.33, math.sqrt(1 - 0.33**2)  # CNN cosine 0.33
     h1, h2 = np.zeros(256), np.zeros(256)
     h1[0] = 1.0
-    h2[0], h2[1] = 0.25, math.sqrt(1 - 0.25**2)  # colour Bhattacharyya coefficient 0.25
+    h2[0], h2[1] = 0.8, 0.6  # colour Bhattacharyya coefficient 0.8
     ref = np.concatenate([math.sqrt(0.7) * u1, math.sqrt(0.3) * h1])
     obs = np.concatenate([math.sqrt(0.7) * u2, math.sqrt(0.3) * h2])
-    assert float(ref @ obs) == pytest.approx(0.7 * 0.64 + 0.3 * 0.25)  # what association sees: 0.523
-    assert E.appearance(ref, obs) == pytest.approx(math.sqrt(0.64 * 0.25))  # what identity sees: 0.4
+    assert float(ref @ obs) == pytest.approx(0.7 * 0.33 + 0.3 * 0.8)  # what association sees: 0.471
+    # identity: CNN (0.33 - 0.06) / 0.54 = 0.5, colour (0.8 - 0.385) / 0.615 = 0.675; the minimum
+    assert E.appearance(ref, obs) == pytest.approx(0.5)
     no_colour = np.concatenate([math.sqrt(0.7) * u2, np.zeros(256)])
-    assert E.appearance(ref, no_colour) == pytest.approx(0.64)  # no pixels to take colours from
+    assert E.appearance(ref, no_colour) == pytest.approx(0.5)  # no pixels to take colours from
     assert E.appearance(ref, np.concatenate([-math.sqrt(0.7) * u1, math.sqrt(0.3) * h1])) == 0.0
+    h3 = np.zeros(256)
+    h3[0], h3[1] = 0.3, math.sqrt(1 - 0.09)  # colour 0.3, below the calibration's zero: a recolour
+    assert E.appearance(ref, np.concatenate([math.sqrt(0.7) * u1, math.sqrt(0.3) * h3])) == 0.0
 
     # identify() asks the embedder; without one it keeps association's cosine
     st = SimpleNamespace(
@@ -350,9 +354,9 @@ def test_identity_appearance_is_the_geometric_mean_of_the_two_parts():
         assoc=SimpleNamespace(match=[0], ambiguous=[False], similarity=np.array([[float(ref @ obs)]])), projs=[None], n=1,
     )  # fmt: skip
     identify(st, None, E)
-    assert st.appearance == [pytest.approx(0.4)] and st.visibility == ["expected_visible"]
+    assert st.appearance == [pytest.approx(0.5)] and st.visibility == ["expected_visible"]
     identify(st, None)
-    assert st.appearance == [pytest.approx(0.523)]
+    assert st.appearance == [pytest.approx(0.471)]
 
 
 def test_sift_keypoints_come_in_one_order_whatever_the_thread_count():

@@ -38,7 +38,7 @@ class PropagatedFrame:
     index: int
     labels: np.ndarray  # (K + 1) x h x w float32, sums to 1 at every location
     features: np.ndarray  # h x w x C, unit vectors
-    last_seen: list[tuple | None] = field(default_factory=list)  # per instance: (box at feature scale, touched the border) when last present
+    last_seen: list[tuple | None] = field(default_factory=list)  # per instance: (box at feature scale, leaving the frame) when last present
     reference: "PropagationReference | None" = None  # I0's side, which verification compares with
 
 
@@ -128,15 +128,23 @@ def propagation_grid(num_frames: int, sampled: list[int], stride: int) -> list[i
     return sorted(set(range(max(1, stride), last + 1, max(1, stride))) | set(sampled))
 
 
-def _last_seen(labels: np.ndarray, k: int, min_cells: float = 0.5) -> tuple | None:
-    """(box at feature scale, whether it touches the frame's edge) of instance k's label mass, or None when it has none."""
+def _last_seen(labels: np.ndarray, k: int, min_cells: float = 0.5, edge_band: float = 0.25) -> tuple | None:
+    """(box at feature scale, whether it is leaving the frame) of instance k's label mass, or None when it has none.
+
+    Leaving: the mask touches a side of the frame and its centre lies within `edge_band` of that side.
+    Touching alone is not enough: a large object (a rider and bike) touches the bottom in every frame.
+    """
     m = labels[k + 1] > 0.5
     if m.sum() < min_cells:
         return None
     box = mask_box(m)
     h, w = m.shape
     x, y, bw, bh = box
-    return box, bool(x <= 0 or y <= 0 or x + bw >= w or y + bh >= h)
+    ys, xs = np.nonzero(m)
+    cx, cy = (xs.mean() + 0.5) / w, (ys.mean() + 0.5) / h
+    leaving = ((x <= 0 and cx < edge_band) or (x + bw >= w and cx > 1 - edge_band)
+               or (y <= 0 and cy < edge_band) or (y + bh >= h and cy > 1 - edge_band))
+    return box, bool(leaving)
 
 
 def propagate_rollout(ref: PropagationReference, frames: dict[int, np.ndarray], grid: list[int], sampled: list[int],
@@ -221,7 +229,7 @@ def propagation_evidence(ev: PropagationEvidence) -> float:
 def propagated_visibility(pf: PropagatedFrame | None, i: int, ev: PropagationEvidence | None, config) -> str | None:
     """Visibility of an unmatched instance from where its propagated mask went; None when it cannot say.
 
-    Mass that left the frame (the instance was last seen touching the frame's edge and has too little
+    Mass that left the frame (the instance was last seen leaving it, `_last_seen`, and has too little
     mass now): `out_of_view`. Its last place now mostly labelled as another instance (a neighbour
     moved in front): `occluded`. A mask still verified but unmatched, or lost in the open, says nothing.
     """
