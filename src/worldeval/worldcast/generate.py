@@ -291,6 +291,10 @@ class CaseJob:
             raise GenError(f"--command exited with status {rc} (log: {log})")
 
 
+class EndpointUnusable(RuntimeError):
+    """The generation endpoint cannot be used at all (nothing listens, timeout, key refused): exit 3."""
+
+
 def check_output(case_dir: Path, case: WorldCastCase, interface: str) -> None:
     """The staged output must read as the interface's layout (the same readers `worldcast judge` uses)."""
     from worldeval.media import MediaError, probe_video, read_image
@@ -334,7 +338,7 @@ def run_generate(dataset: str | Path, out: str | Path, opts: GenerateOptions, *,
         try:
             opts.endpoint.preflight()
         except GenError as exc:
-            raise ValueError(f"generation endpoint: {exc}") from None
+            raise EndpointUnusable(f"generation endpoint: {exc}") from None
     man = base_manifest("worldeval worldcast generate", {**config, "dataset": str(Path(dataset).resolve())})
     man.update(config_hash=chash, dataset_fingerprint=fp)
     atomic_write_json(book / "manifest.json", man)

@@ -12,13 +12,16 @@ each item asks and shows) in `metrics.py`.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from collections import Counter
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from worldeval.judge.breaker import CircuitBreaker, CircuitOpen, failure_kind
 from worldeval.judge.client import JudgeClient, JudgeImage, JudgeUnavailable
 from worldeval.runs import atomic_write_json, base_manifest, fingerprint_dir
 from worldeval.worldcast.adapters import StepSequence, adapt_output
@@ -56,6 +59,47 @@ class JudgeRunResult:
     adapter_failures: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
     aborted: str | None = None  # why the run stopped early (the judge endpoint was unusable)
+    reasons: Counter = field(default_factory=Counter)  # failure reason (paths and numbers blanked) -> items
+
+    def top_reasons(self, k: int = 3) -> list[tuple[str, int]]:
+        return self.reasons.most_common(k)
+
+
+class JudgeInputError(ValueError):
+    """The dataset or outputs folder cannot be judged at all (checked before the first request)."""
+
+
+_PATHS = re.compile(r"(?:[A-Za-z]:)?(?:/[^\s:,()']+)+")
+
+
+def reason_of(error: str | None) -> str:
+    """A failure's reason for counting: attempt prefixes dropped, file paths blanked, kept short."""
+    text = re.sub(r"^attempt \d+: ", "", str(error or "failed"))
+    return _PATHS.sub("<path>", text)[:160]
+
+
+def check_inputs(cases: list[WorldCastCase], outputs: str | Path) -> None:
+    """The outputs folder exists and holds at least one case of the dataset; else nothing is worth asking."""
+    outputs = Path(outputs)
+    if not outputs.is_dir():
+        what = "is a file, not a folder" if outputs.exists() else "does not exist"
+        raise JudgeInputError(f"--outputs {outputs}: {what}")
+    if not any((outputs / c.id).is_dir() for c in cases):
+        sample = ", ".join(c.id for c in cases[:3]) + (", ..." if len(cases) > 3 else "")
+        found = sorted(p.name for p in outputs.iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))[:3]
+        raise JudgeInputError(
+            f"--outputs {outputs}: holds no output folder of any of the dataset's {len(cases)} case(s) "
+            f"(expected sub-folders named like {sample}; found {', '.join(found) if found else 'none'})")
+
+
+class JudgeEvents:
+    """What a progress display hears from a run; the default says nothing."""
+
+    def start(self, total: int) -> None:
+        pass
+
+    def item(self, rec: dict) -> None:
+        pass
 
 
 def run_judge(
@@ -71,15 +115,21 @@ def run_judge(
     case_ids: list[str] | None = None,
     progress: Callable[[str], None] | None = None,
     extra_config: dict | None = None,
+    breaker: int = 5,
+    events: JudgeEvents | None = None,
 ) -> JudgeRunResult:
+    """Judge one model's outputs into `out_dir`. `breaker`: stop (CircuitOpen) when the first that many judged
+    items all fail the same way (0: never). `progress` gets text lines, `events` the per-item records."""
     t0 = time.monotonic()
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     jpath = out_dir / JUDGMENTS
     cases = _select_cases(load_cases(dataset), case_ids)
+    check_inputs(cases, outputs)
+    out_dir.mkdir(parents=True, exist_ok=True)
     latest = latest_records(read_judgments(jpath)) if jpath.is_file() else {}
     _refuse_other_judge(jpath, latest, model, client.config.model)
-    run = _JudgeRun(client, model, jpath, latest, step_accuracy, step_scope, progress)
+    run = _JudgeRun(client, model, jpath, latest, step_accuracy, step_scope, progress, events or JudgeEvents())
+    run.breaker = CircuitBreaker(breaker)
     tasks = run.plan(cases, outputs, keyframe_selector)
     try:
         run.ask_all(tasks)
@@ -97,10 +147,12 @@ class _JudgeRun:
     """One invocation: which items are still open, and appending their records as they finish."""
 
     def __init__(self, client: JudgeClient, model: str, jpath: Path, latest: dict, step_accuracy: bool,
-                 step_scope: str, progress: Callable[[str], None] | None):
+                 step_scope: str, progress: Callable[[str], None] | None, events: JudgeEvents):
         self.client, self.model, self.jpath, self.latest = client, model, jpath, latest
         self.step_accuracy, self.step_scope = step_accuracy, step_scope
         self.say = progress or (lambda s: None)
+        self.events = events
+        self.breaker = CircuitBreaker(0)
         self.settings = client.config.settings()
         self.result = JudgeRunResult(jpath.parent)
         self._lock = threading.Lock()
@@ -118,6 +170,7 @@ class _JudgeRun:
                 self.result.ok += 1
             else:
                 self.result.failed += 1
+                self.result.reasons[reason_of(rec.get("error"))] += 1
 
     def plan(self, cases: list[WorldCastCase], outputs, selector) -> list[tuple]:
         """Adapt each case's output and list its open items; an output that cannot be adapted fails its items."""
@@ -143,31 +196,57 @@ class _JudgeRun:
                     tasks.append((case, seq, m, s))
         result.asked = len(tasks)
         self.say(f"{len(tasks)} judge items to ask, {result.kept} kept from earlier runs")
+        self.events.start(len(tasks))
         return tasks
 
     def ask(self, case: WorldCastCase, seq: StepSequence, metric: str, step: int | None) -> dict:
-        rec = {**self.base(case, metric, step, seq.interface), **ask_item(self.client, case, seq, metric, step)}
+        rec = {**self.base(case, metric, step, seq.interface),
+               **ask_item(self.client, case, seq, metric, step, self.model)}
         if METRICS[metric].per_step:
             rec["step_scope"] = self.step_scope
         return rec
 
     def ask_all(self, tasks: list[tuple]) -> None:
+        """Ask every open item; stop early on a dead endpoint or a tripped breaker, keeping what finished."""
         with ThreadPoolExecutor(max_workers=max(1, int(self.client.config.concurrency))) as pool:
             futs = {pool.submit(self.ask, *t): t for t in tasks}
-            for fut in as_completed(futs):
-                case, seq, m, s = futs[fut]
-                try:
-                    rec = fut.result()
-                except JudgeUnavailable:
-                    pool.shutdown(wait=True, cancel_futures=True)
-                    raise
-                except Exception as exc:  # a bug or unreadable image must not kill the other items
-                    rec = {**self.base(case, m, s, seq.interface), **failure_fields(f"{type(exc).__name__}: {exc}")}
-                self.record(rec)
-                self.say(f"{case.id} {m}{'' if s is None else s}: {rec['status']} {rec.get('score')}")
+            stop: JudgeUnavailable | None = None
+            pending = set(futs)
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    stop = self._finish(fut, futs[fut]) or stop
+                if stop is not None and pending:
+                    for fut in pending:
+                        fut.cancel()
+                    # the requests already in flight are paid for: keep their answers
+                    done, _ = wait(pending)
+                    for fut in done:
+                        if not fut.cancelled():
+                            self._finish(fut, futs[fut])
+                    pending = set()
+            if stop is not None:
+                raise stop
+
+    def _finish(self, fut, task) -> JudgeUnavailable | None:
+        """Record one finished item; the reason to stop the run, if any."""
+        case, seq, m, s = task
+        try:
+            rec = fut.result()
+        except JudgeUnavailable as exc:
+            return exc
+        except Exception as exc:  # a bug or unreadable image must not kill the other items
+            rec = {**self.base(case, m, s, seq.interface), **failure_fields(f"{type(exc).__name__}: {exc}")}
+        self.record(rec)
+        self.events.item(rec)
+        line = f"{case.id} {m}{'' if s is None else s}: {rec['status']}"
+        self.say(f"{line} {rec.get('score')}" if rec["status"] == "ok" else f"{line}: {reason_of(rec.get('error'))}")
+        tripped = self.breaker.observe(rec["status"] == "ok", failure_kind(rec.get("error"), rec.get("raw")))
+        return CircuitOpen(tripped) if tripped else None
 
 
-def ask_item(client: JudgeClient, case: WorldCastCase, seq: StepSequence, metric: str, step: int | None) -> dict:
+def ask_item(client: JudgeClient, case: WorldCastCase, seq: StepSequence, metric: str, step: int | None,
+             model: str | None = None) -> dict:
     """Ask the judge one item; the result fields of its record."""
     spec = METRICS[metric]
     loader = lambda p: JudgeImage.from_path(p, client.config.image_max_side)
@@ -175,6 +254,7 @@ def ask_item(client: JudgeClient, case: WorldCastCase, seq: StepSequence, metric
     answer = client.ask_json(
         content, validator=spec.validator(step), schema=spec.answer_schema(step),
         cache_extra={"metric": metric, "prompt_version": spec.prompt_hash, "hints": case.hints, "step": step},
+        meta={"model": model, "case_id": case.id, "metric": metric, "step": step},
     )
     return {**answer_fields(answer), "n_states": len(seq.images), "warnings": seq.warnings}
 
@@ -218,6 +298,11 @@ def _write_manifest(out_dir, dataset, outputs, model, client, result, step_accur
     }
     judge = {"model": client.config.model, "base_url": client.config.base_url, "transport": client.transport.describe()}
     man = base_manifest("worldeval worldcast judge", config, {"judge": judge})
+    # `config` is the last invocation's; several models share a folder, so each keeps its own inputs here.
+    models = prev.get("models") if isinstance(prev.get("models"), dict) else {}
+    models[model] = {"outputs": config["outputs"], "dataset": config["dataset"], "judge_model": client.config.model,
+                     "transport": judge["transport"], "finished_unix": time.time()}
+    man["models"] = models
     man["prompt_versions"] = dict(PROMPT_VERSIONS)
     man["dataset_fingerprint"] = fingerprint_dir(dataset)
     runs = prev.get("runs", []) if isinstance(prev.get("runs"), list) else []
