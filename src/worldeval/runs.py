@@ -12,6 +12,7 @@ import os
 import platform
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -21,14 +22,38 @@ from worldeval import __version__
 SECRET_KEYS = {"api_key", "apikey", "openai_api_key", "authorization", "token", "secret"}
 
 
+def _umask() -> int:
+    # Linux shows the umask without changing it; elsewhere os.umask can only be read by setting it,
+    # so it is set straight back (process-wide, so under a lock).
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    with _UMASK_LOCK:
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return mask
+
+
+_UMASK_LOCK = threading.Lock()
+
+
 def atomic_write_via(path: str | Path, write: Callable[[str], None]) -> Path:
-    """Let `write(tmp_path)` produce the file, fsync it, then rename it into place."""
+    """Let `write(tmp_path)` produce the file, fsync it, then rename it into place.
+
+    mkstemp makes the file 0600; a report, manifest or keyframe is meant to be read like any file the
+    user writes, so it gets the mode a plain open() would give (0666 minus the umask).
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, path)

@@ -171,7 +171,39 @@ def _plan_lines(bar):
     return say
 
 
+def _demo_cmd(
+    out: Path = typer.Option(Path("worldeval-worldcast-demo"), "--out", help="Folder for the run, scores.json and report.html."),
+    bootstrap: int = typer.Option(2000, "--bootstrap", min=0, help="Case-bootstrap replicates for the CIs (0: none)."),
+    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress; only the leaderboard."),
+) -> None:
+    """WorldCast end to end on the packaged samples, offline: a scripted judge (mock transport), scores, report."""
+    from rich.console import Console
+
+    from worldeval.worldcast.demo import run_demo
+    from worldeval.worldcast.progress import RichJudgeProgress
+    from worldeval.worldcast.scoring import score_runs
+
+    err = Console(stderr=True)
+    if not quiet:
+        err.print("judge: scripted answers (mock transport, worldcast/assets/demo_judge.json); nothing is sent "
+                  "anywhere and no model judges these outputs", markup=False, highlight=False)
+    with RichJudgeProgress(err, "judging", disable=quiet) as bar:
+        def events_for(model: str):
+            bar.label = f"judging {model}"
+            return bar
+
+        summary = run_demo(out, bootstrap=bootstrap, seed=seed, events_for=events_for)
+    for model, j in summary["judged"].items():
+        if j["failed"] and not quiet:
+            err.print(f"{model}: {j['failed']} item(s) failed as the demo intends: {'; '.join(j['reasons'])}",
+                      markup=False, highlight=False)
+    _print_scores(score_runs([Path(summary["run"])], bootstrap=bootstrap, seed=seed), False)
+    typer.echo(f"report: {summary['report']}  (scores: {summary['scores']}; {summary['seconds']:.1f} s)")
+
+
 def register(app: typer.Typer) -> None:
+    app.command("demo")(_demo_cmd)
     _register_generate(app)
     _register_keyframe_agreement(app)
 

@@ -38,6 +38,7 @@ class RichJudgeProgress(JudgeEvents):
             self.console.print(text, markup=False, highlight=False)
 
     def start(self, total: int) -> None:
+        # One task per run: the demo shows several models' runs on one display.
         self.task = self.bar.add_task(self.label, total=total)
 
     def item(self, rec: dict) -> None:

@@ -76,6 +76,11 @@ def validate_record(rec: Any, path: str | Path | None = None, line: int | None =
 
     if not isinstance(rec, dict):
         raise bad(None, f"expected a JSON object, got {type(rec).__name__}")
+    for key in ("model", "case_id", "category", "metric", "status"):
+        if key not in rec:
+            raise bad(key, "missing (a required field)")
+    if rec["status"] == "ok" and "score" not in rec:
+        raise bad("score", "missing (an ok record needs its score)")
     for key in ("model", "case_id"):
         if not isinstance(rec.get(key), str) or not rec[key]:
             raise bad(key, f"must be a non-empty string (got {rec.get(key)!r})")
