@@ -93,6 +93,17 @@ def _print_scores(res: dict, step_accuracy: bool) -> None:
         console.print(_step_table(res))
 
 
+def _check_judge_inputs(dataset: Path, outputs: Path, case_ids: list[str]) -> None:
+    from worldeval.worldcast.cases import CaseError, load_cases
+    from worldeval.worldcast.judging import check_inputs
+
+    try:
+        cases = load_cases(dataset)
+        check_inputs([c for c in cases if not case_ids or c.id in case_ids] or cases, outputs)
+    except (CaseError, ValueError) as exc:
+        _fail(str(exc))
+
+
 def _judge_client(out: Path, cache, no_cache: bool, transport: str, script: Optional[Path], **settings):
     """The run's judge client; `--judge-transport mock` answers from the script file, offline."""
     if transport not in ("openai", "mock"):
@@ -249,6 +260,7 @@ def register(app: typer.Typer) -> None:
             _fail(f"--step-scope must be paper or all, not {step_scope!r}")
         if keyframes not in ("changepoint", "agentic"):
             _fail(f"--keyframes must be changepoint or agentic, not {keyframes!r}")
+        _check_judge_inputs(dataset, outputs, list(case))  # before the cache file or the run folder exists
         client = _judge_client(
             out, cache, no_cache, judge_transport, judge_script, base_url=base_url, model=judge_model,
             api_key=api_key, concurrency=concurrency, timeout_s=timeout, max_attempts=max_attempts, seed=seed,

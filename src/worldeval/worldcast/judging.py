@@ -207,26 +207,28 @@ class _JudgeRun:
         return rec
 
     def ask_all(self, tasks: list[tuple]) -> None:
-        """Ask every open item; stop early on a dead endpoint or a tripped breaker, keeping what finished."""
-        with ThreadPoolExecutor(max_workers=max(1, int(self.client.config.concurrency))) as pool:
-            futs = {pool.submit(self.ask, *t): t for t in tasks}
-            stop: JudgeUnavailable | None = None
-            pending = set(futs)
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+        """Ask every open item; stop early on a dead endpoint or a tripped breaker, keeping what finished.
+
+        Only `concurrency` items are handed to the pool at a time, so a stop leaves no queue of
+        submitted items behind and the breaker's count is exact."""
+        width = max(1, int(self.client.config.concurrency))
+        todo = iter(tasks)
+        stop: JudgeUnavailable | None = None
+        with ThreadPoolExecutor(max_workers=width) as pool:
+            futs = {}
+            for t in todo:
+                futs[pool.submit(self.ask, *t)] = t
+                if len(futs) >= width:
+                    break
+            while futs:
+                done, _ = wait(futs, return_when=FIRST_COMPLETED)
                 for fut in done:
-                    stop = self._finish(fut, futs[fut]) or stop
-                if stop is not None and pending:
-                    for fut in pending:
-                        fut.cancel()
-                    # the requests already in flight are paid for: keep their answers
-                    done, _ = wait(pending)
-                    for fut in done:
-                        if not fut.cancelled():
-                            self._finish(fut, futs[fut])
-                    pending = set()
-            if stop is not None:
-                raise stop
+                    stop = self._finish(fut, futs.pop(fut)) or stop
+                    nxt = None if stop is not None else next(todo, None)
+                    if nxt is not None:
+                        futs[pool.submit(self.ask, *nxt)] = nxt
+        if stop is not None:
+            raise stop
 
     def _finish(self, fut, task) -> JudgeUnavailable | None:
         """Record one finished item; the reason to stop the run, if any."""
