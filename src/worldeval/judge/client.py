@@ -16,6 +16,7 @@ client object; it is excluded from `repr`, `JudgeConfig.public()` and every cach
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import io
 import json
@@ -48,11 +49,16 @@ class JudgeImage:
     mime: str
     label: str = ""
 
-    @property
+    @functools.cached_property
     def sha256(self) -> str:
+        # cached: one image is hashed for the cache key and again for every request that shows it
         return hashlib.sha256(self.data).hexdigest()
 
     def data_url(self) -> str:
+        return self._data_url
+
+    @functools.cached_property
+    def _data_url(self) -> str:
         return f"data:{self.mime};base64,{base64.b64encode(self.data).decode('ascii')}"
 
     @classmethod

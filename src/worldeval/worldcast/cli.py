@@ -176,8 +176,8 @@ def _judge_and_report(client, job: dict, quiet: bool) -> None:
 def _plan_lines(bar):
     # Per-item lines come from the bar (failures only); keep run_judge's planning and adapter messages.
     def say(text: str) -> None:
-        if ": ok " in text or ": failed:" in text:
-            return
+        if ": ok " in text or ": failed:" in text or ": cannot adapt output: " in text:
+            return  # the bar prints each failed item with its reason
         bar.say(text)
     return say
 
@@ -260,6 +260,8 @@ def register(app: typer.Typer) -> None:
             _fail(f"--step-scope must be paper or all, not {step_scope!r}")
         if keyframes not in ("changepoint", "agentic"):
             _fail(f"--keyframes must be changepoint or agentic, not {keyframes!r}")
+        if judge_transport != "mock" and not (judge_model or os.environ.get("WORLDEVAL_JUDGE_MODEL")):
+            _fail("no judge model: pass --judge-model or set WORLDEVAL_JUDGE_MODEL")
         _check_judge_inputs(dataset, outputs, list(case))  # before the cache file or the run folder exists
         client = _judge_client(
             out, cache, no_cache, judge_transport, judge_script, base_url=base_url, model=judge_model,

@@ -23,7 +23,7 @@ from typing import Callable
 
 from worldeval.judge.breaker import CircuitBreaker, CircuitOpen, failure_kind
 from worldeval.judge.client import JudgeClient, JudgeImage, JudgeUnavailable
-from worldeval.runs import atomic_write_json, base_manifest, fingerprint_dir
+from worldeval.runs import JsonlAppender, atomic_write_json, base_manifest, fingerprint_dir
 from worldeval.worldcast.adapters import StepSequence, adapt_output
 from worldeval.worldcast.cases import WorldCastCase, load_cases
 from worldeval.worldcast.metrics import METRICS, PROMPT_VERSIONS, build_judge_content
@@ -130,13 +130,14 @@ def run_judge(
     _refuse_other_judge(jpath, latest, model, client.config.model)
     run = _JudgeRun(client, model, jpath, latest, step_accuracy, step_scope, progress, events or JudgeEvents())
     run.breaker = CircuitBreaker(breaker)
-    tasks = run.plan(cases, outputs, keyframe_selector)
+    run.writer = JsonlAppender(jpath)
     try:
-        run.ask_all(tasks)
+        run.ask_all(run.plan(cases, outputs, keyframe_selector))
     except JudgeUnavailable as exc:
         run.result.aborted = str(exc)
         raise
     finally:
+        run.writer.close()
         run.result.elapsed_s = time.monotonic() - t0
         _write_manifest(out_dir, dataset, outputs, model, client, run.result, step_accuracy and step_scope,
                         keyframe_selector, extra_config)
@@ -153,6 +154,8 @@ class _JudgeRun:
         self.say = progress or (lambda s: None)
         self.events = events
         self.breaker = CircuitBreaker(0)
+        self.writer = None
+        self.images = _ImageMemo(client.config.image_max_side)
         self.settings = client.config.settings()
         self.result = JudgeRunResult(jpath.parent)
         self._lock = threading.Lock()
@@ -165,48 +168,59 @@ class _JudgeRun:
 
     def record(self, rec: dict) -> None:
         with self._lock:
-            append_judgment(self.jpath, rec)
+            append_judgment(self.jpath, rec, self.writer)
             if rec["status"] == "ok":
                 self.result.ok += 1
             else:
                 self.result.failed += 1
                 self.result.reasons[reason_of(rec.get("error"))] += 1
 
-    def plan(self, cases: list[WorldCastCase], outputs, selector) -> list[tuple]:
-        """Adapt each case's output and list its open items; an output that cannot be adapted fails its items."""
-        tasks, result = [], self.result
+    def plan(self, cases: list[WorldCastCase], outputs, selector):
+        """The open items, as a generator: each case's output is adapted only when its items are next, so
+        cutting grids and picking keyframes overlaps the requests already in flight instead of preceding
+        them all. An output that cannot be adapted fails its items."""
+        open_cases, n_open = [], 0
         for case in cases:
             expected = case_metrics(case, self.step_accuracy, None, self.step_scope)
-            if all(self.done(case, m, s) for m, s in expected):
-                result.kept += len(expected)
-                continue
+            todo = sum(1 for m, s in expected if not self.done(case, m, s))
+            if todo:
+                open_cases.append(case)
+                n_open += todo
+            else:
+                self.result.kept += len(expected)
+        self.say(f"{n_open} judge items to ask, {self.result.kept} kept from earlier runs")
+        self.events.start(n_open)
+        return self._tasks(open_cases, outputs, selector)
+
+    def _tasks(self, cases: list[WorldCastCase], outputs, selector):
+        result = self.result
+        for case in cases:
             try:
                 seq = adapt_output(case, outputs, self.jpath.parent / "states" / self.model / case.id, selector)
             except (ValueError, OSError) as exc:
                 result.adapter_failures.append(f"{case.id}: {exc}")
                 self.say(f"{case.id}: cannot adapt output: {exc}")
-                for m, s in expected:
+                for m, s in case_metrics(case, self.step_accuracy, None, self.step_scope):
                     if not self.done(case, m, s):
-                        self.record({**self.base(case, m, s, None), **failure_fields(f"output: {exc}")})
+                        rec = {**self.base(case, m, s, None), **failure_fields(f"output: {exc}")}
+                        self.record(rec)
+                        self.events.item(rec)
                 continue
             for m, s in case_metrics(case, self.step_accuracy, len(seq.images), self.step_scope):
                 if self.done(case, m, s):
                     result.kept += 1
                 else:
-                    tasks.append((case, seq, m, s))
-        result.asked = len(tasks)
-        self.say(f"{len(tasks)} judge items to ask, {result.kept} kept from earlier runs")
-        self.events.start(len(tasks))
-        return tasks
+                    result.asked += 1
+                    yield case, seq, m, s
 
     def ask(self, case: WorldCastCase, seq: StepSequence, metric: str, step: int | None) -> dict:
         rec = {**self.base(case, metric, step, seq.interface),
-               **ask_item(self.client, case, seq, metric, step, self.model)}
+               **ask_item(self.client, case, seq, metric, step, self.model, self.images)}
         if METRICS[metric].per_step:
             rec["step_scope"] = self.step_scope
         return rec
 
-    def ask_all(self, tasks: list[tuple]) -> None:
+    def ask_all(self, tasks) -> None:
         """Ask every open item; stop early on a dead endpoint or a tripped breaker, keeping what finished.
 
         Only `concurrency` items are handed to the pool at a time, so a stop leaves no queue of
@@ -247,11 +261,32 @@ class _JudgeRun:
         return CircuitOpen(tripped) if tripped else None
 
 
+class _ImageMemo:
+    """Each image of a case is shown in several requests (PA, CP, VC, OC); read, scale and hash it once."""
+
+    def __init__(self, max_side: int | None, limit: int = 256):
+        self.max_side, self.limit, self._lock, self._memo = max_side, limit, threading.Lock(), {}
+
+    def __call__(self, path) -> JudgeImage:
+        p = Path(path)
+        st = p.stat()
+        key = (str(p), st.st_mtime_ns, st.st_size)
+        with self._lock:
+            hit = self._memo.get(key)
+        if hit is None:
+            hit = JudgeImage.from_path(p, self.max_side)
+            with self._lock:
+                if len(self._memo) >= self.limit:
+                    self._memo.pop(next(iter(self._memo)))
+                self._memo[key] = hit
+        return hit
+
+
 def ask_item(client: JudgeClient, case: WorldCastCase, seq: StepSequence, metric: str, step: int | None,
-             model: str | None = None) -> dict:
+             model: str | None = None, loader=None) -> dict:
     """Ask the judge one item; the result fields of its record."""
     spec = METRICS[metric]
-    loader = lambda p: JudgeImage.from_path(p, client.config.image_max_side)
+    loader = loader or (lambda p: JudgeImage.from_path(p, client.config.image_max_side))
     content = build_judge_content(spec, case, seq.images, seq.plans, step, image_loader=loader)
     answer = client.ask_json(
         content, validator=spec.validator(step), schema=spec.answer_schema(step),

@@ -133,9 +133,13 @@ def read_judgments(path: str | Path) -> list[dict]:
     return out
 
 
-def append_judgment(path: str | Path, rec: dict) -> None:
-    """Validate, then append one record (fsynced), so a bad record fails where it is made."""
-    append_jsonl(path, validate_record(rec, path))
+def append_judgment(path: str | Path, rec: dict, writer=None) -> None:
+    """Validate, then append one record (fsynced, or through `writer`, a `runs.JsonlAppender`), so a bad
+    record fails where it is made."""
+    if writer is not None:
+        writer.append(validate_record(rec, path))
+    else:
+        append_jsonl(path, validate_record(rec, path))
 
 
 def judgment_base(model: str, case, metric: str, step: int | None, judge_model: str, interface: str | None,
