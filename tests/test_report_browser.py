@@ -84,7 +84,7 @@ def test_leaderboards_render_in_rank_order(browser):
 
     wc = browser.find_elements(By.CSS_SELECTOR, "#worldcast-leaderboard tr.leaderboard-row")
     assert [r.get_attribute("data-model") for r in wc] == ["painter"]
-    assert wc[0].find_elements(By.TAG_NAME, "td")[2].text == "83.00"
+    assert wc[0].find_elements(By.TAG_NAME, "td")[2].text == "83.00 [83.0, 83.0]"
 
 
 def test_every_image_loaded_and_nothing_fetched(browser):

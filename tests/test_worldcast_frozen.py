@@ -68,8 +68,13 @@ def scores(run: Path) -> dict:
     from worldeval.worldcast.scoring import score_runs
 
     res = json.loads(json.dumps(score_runs([run], step_accuracy=True), sort_keys=True))
+    # Added after the freeze by issue 21 (ranks and bootstrap CIs; none without --bootstrap): checked apart.
+    assert res.pop("bootstrap") == {"level": 0.95, "replicates": 0, "seed": 0, "strata": "category"}
+    ranks = {m: s.pop("rank") for m, s in res["models"].items()}
+    assert ranks == {"correct": 2, "shuffled": 1}  # the frozen scores: shuffled's Final is the higher
     for m in res["models"].values():
         assert m.pop("step_accuracy_scope") == ["all"]
+        assert all(m.pop(k) is None for k in ("final_ci", "TC_ci", "CP_ci", "VC_ci"))
     return res
 
 

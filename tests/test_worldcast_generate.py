@@ -534,11 +534,11 @@ def test_unreachable_endpoint_or_refused_key_stops_at_once(fake, dataset, tmp_pa
     res = CliRunner().invoke(app, ["worldcast", "generate", "--dataset", str(dataset), "--out", str(out),
                                    "--interface", "grid", "--base-url", f"http://127.0.0.1:{port}/v1",
                                    "--gen-model", "gen-x", "--api-key", KEY, "-q"])
-    assert res.exit_code == 2 and f"http://127.0.0.1:{port}/v1: not reachable" in res.output
+    assert res.exit_code == 3 and f"http://127.0.0.1:{port}/v1: not reachable" in res.output
     assert time.monotonic() - t0 < 20 and not out.exists()  # nothing generated, nothing recorded
     fake.fail["GET /models"] = [401]
     res = CliRunner().invoke(app, ["worldcast", "generate", "--dataset", str(dataset), "--out", str(out),
                                    "--interface", "grid", "--base-url", fake.base_url, "--gen-model", "gen-x",
                                    "--api-key", KEY, "-q"])
-    assert res.exit_code == 2 and "HTTP 401, the API key was refused" in res.output and KEY not in res.output
+    assert res.exit_code == 3 and "HTTP 401, the API key was refused" in res.output and KEY not in res.output
     assert [r["route"] for r in fake.log] == ["GET /models"]

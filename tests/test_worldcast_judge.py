@@ -85,13 +85,13 @@ class MockJudge:
                            transport=MockTransport(self))
 
 
-def _judge(runner, srv, model, out, cache, extra=()):
+def _judge(runner, srv, model, out, cache, extra=(), rc=0):
     args = ["worldcast", "judge", "--dataset", str(sample_dataset()), "--outputs", str(sample_outputs(model)),
             "--model", model, "--out", str(out), "--base-url", srv.base_url, "--judge-model", "fake-judge-1",
             "--api-key", KEY, "--timeout", "0.4", "--backoff", "0.01", "--max-attempts", "3", "--concurrency", "4",
             "--cache", str(cache), "-q", *extra]
     res = runner.invoke(app, args)
-    assert res.exit_code == 0, res.output + str(res.exception)
+    assert res.exit_code == rc, res.output + str(res.exception)
     return res
 
 
@@ -114,7 +114,8 @@ def test_judge_run_faults_scores_resume_cache_and_no_key(judge_server, tmp_path)
     F[("correct", "logic_hanoi2", "PA", None)] = ["embedded"]
     F[("correct", "goal_tiles", "OC", None)] = ["slow"]
     F[("correct", "goal_tiles", "PA", None)] = ["prose!"]
-    _judge(runner, srv, "correct", run, cache)
+    res = _judge(runner, srv, "correct", run, cache, rc=1)  # one item failed: exit 1, with its reason
+    assert "1 of 15 item(s) failed; most common: 1x unparseable answer" in res.output
 
     # 15 items and the preflight request; extra requests: 2x500, 2x429, 1 out-of-range, 1 timeout, 2 more prose attempts
     assert srv.count(FakeJudge.preflight_request) == 1

@@ -12,6 +12,7 @@ import os
 import platform
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -21,16 +22,41 @@ from worldeval import __version__
 SECRET_KEYS = {"api_key", "apikey", "openai_api_key", "authorization", "token", "secret"}
 
 
-def atomic_write_via(path: str | Path, write: Callable[[str], None]) -> Path:
-    """Let `write(tmp_path)` produce the file, fsync it, then rename it into place."""
+def _umask() -> int:
+    # Linux shows the umask without changing it; elsewhere os.umask can only be read by setting it,
+    # so it is set straight back (process-wide, so under a lock).
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    with _UMASK_LOCK:
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return mask
+
+
+_UMASK_LOCK = threading.Lock()
+
+
+def atomic_write_via(path: str | Path, write: Callable[[str], None], fsync: bool = True) -> Path:
+    """Let `write(tmp_path)` produce the file, fsync it, then rename it into place.
+
+    mkstemp makes the file 0600; a report, manifest or keyframe is meant to be read like any file the
+    user writes, so it gets the mode a plain open() would give (0666 minus the umask).
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
         write(tmp)
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
+        if fsync:
+            with open(tmp, "rb") as fh:
+                os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -41,23 +67,25 @@ def atomic_write_via(path: str | Path, write: Callable[[str], None]) -> Path:
     return path
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+def atomic_write_bytes(path: str | Path, data: bytes, fsync: bool = True) -> Path:
+    """`fsync=False` for files a rerun recreates anyway (derived images): still atomic, not forced to disk."""
     def write(tmp: str) -> None:
         with open(tmp, "wb") as fh:
             fh.write(data)
 
-    return atomic_write_via(path, write)
+    return atomic_write_via(path, write, fsync)
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def atomic_write_json(path: str | Path, obj: Any) -> Path:
-    return atomic_write_text(path, json.dumps(redact(obj), indent=2, sort_keys=True, default=str) + "\n")
+def atomic_write_json(path: str | Path, obj: Any, fsync: bool = True) -> Path:
+    text = json.dumps(redact(obj), indent=2, sort_keys=True, default=str) + "\n"
+    return atomic_write_bytes(path, text.encode("utf-8"), fsync)
 
 
-def append_jsonl(path: str | Path, obj: Any) -> None:
+def append_jsonl(path: str | Path, obj: Any, fsync: bool = True) -> None:
     """Append one JSON line and fsync it; a torn last line is skipped by `read_jsonl`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -65,7 +93,41 @@ def append_jsonl(path: str | Path, obj: Any) -> None:
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(line)
         fh.flush()
-        os.fsync(fh.fileno())
+        if fsync:
+            os.fsync(fh.fileno())
+
+
+class JsonlAppender:
+    """Appends lines to one JSONL file through one open handle, each line flushed to the OS at once
+    (so a crash of the process loses nothing) but fsynced at most every `sync_every_s` seconds and on
+    close: what a power cut can lose is the last fraction of a second, which a resume redoes."""
+
+    def __init__(self, path: str | Path, sync_every_s: float = 1.0):
+        self.path = Path(path)
+        self._fh = None  # opened on the first line: a run that records nothing leaves no file
+        self._every = sync_every_s
+        self._last = time.monotonic()
+        self._lock = threading.Lock()
+
+    def append(self, obj: Any) -> None:
+        line = json.dumps(redact(obj), sort_keys=True, default=str) + "\n"
+        with self._lock:
+            if self._fh is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._fh = open(self.path, "a", encoding="utf-8")
+            self._fh.write(line)
+            self._fh.flush()
+            now = time.monotonic()
+            if now - self._last >= self._every:
+                os.fsync(self._fh.fileno())
+                self._last = now
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fh is not None and not self._fh.closed:
+                self._fh.flush()
+                os.fsync(self._fh.fileno())
+                self._fh.close()
 
 
 def read_jsonl(path: str | Path) -> list[dict]:

@@ -6,19 +6,22 @@ transport: `OpenAICompatTransport` (an OpenAI-compatible endpoint) or
 `MockTransport` (scripted answers in-process).
 """
 
+from worldeval.judge.breaker import CircuitBreaker, CircuitOpen, failure_kind
 from worldeval.judge.cache import JudgeCache
 from worldeval.judge.client import JudgeAnswer, JudgeClient, JudgeConfig, JudgeImage, JudgeUnavailable
 from worldeval.judge.options import parse_judge_options, parse_temperature
 from worldeval.judge.mock import MockTransport
 from worldeval.judge.openai_compat import OpenAICompatTransport
 from worldeval.judge.parse import AnswerError, extract_json, score_validator
+from worldeval.judge.script import JudgeScriptError, ScriptedJudge, ScriptTransport, load_judge_script
 from worldeval.judge.transport import (
     JudgeBadReply, JudgeConnectionError, JudgeHTTPError, JudgeRequest, JudgeTimeout, Transport, TransportError,
     TransportReply,
 )
 
 __all__ = [
-    "AnswerError", "JudgeAnswer", "JudgeBadReply", "JudgeCache", "JudgeClient", "JudgeConfig", "JudgeConnectionError",
+    "AnswerError", "CircuitBreaker", "CircuitOpen", "failure_kind", "JudgeScriptError", "ScriptedJudge", "ScriptTransport",
+    "load_judge_script", "JudgeAnswer", "JudgeBadReply", "JudgeCache", "JudgeClient", "JudgeConfig", "JudgeConnectionError",
     "JudgeHTTPError", "JudgeImage", "JudgeRequest", "JudgeTimeout", "JudgeUnavailable", "MockTransport",
     "OpenAICompatTransport", "parse_judge_options", "parse_temperature",
     "Transport", "TransportError", "TransportReply", "extract_json", "score_validator",

@@ -26,6 +26,9 @@ class JudgeCache:
         with self._lock:
             # WAL lets several evaluation processes share one cache file.
             self._conn.execute("PRAGMA journal_mode=WAL")
+            # In WAL mode NORMAL is safe against a crash of the process (a power cut may drop the last
+            # answers, which are then asked again); FULL would fsync on every stored answer.
+            self._conn.execute("PRAGMA synchronous=NORMAL")
             self._conn.execute(
                 "CREATE TABLE IF NOT EXISTS answers ("
                 " key TEXT PRIMARY KEY, judge_model TEXT NOT NULL, raw TEXT NOT NULL,"

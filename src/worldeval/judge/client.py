@@ -16,6 +16,7 @@ client object; it is excluded from `repr`, `JudgeConfig.public()` and every cach
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import io
 import json
@@ -48,11 +49,16 @@ class JudgeImage:
     mime: str
     label: str = ""
 
-    @property
+    @functools.cached_property
     def sha256(self) -> str:
+        # cached: one image is hashed for the cache key and again for every request that shows it
         return hashlib.sha256(self.data).hexdigest()
 
     def data_url(self) -> str:
+        return self._data_url
+
+    @functools.cached_property
+    def _data_url(self) -> str:
         return f"data:{self.mime};base64,{base64.b64encode(self.data).decode('ascii')}"
 
     @classmethod
@@ -310,9 +316,10 @@ class JudgeClient:
             self.totals["requests"] += 1
 
     # -- one attempt -----------------------------------------------------
-    def _call(self, parts: list[str | JudgeImage], system: str | None, schema: dict | None) -> tuple[str, dict, str, dict]:
+    def _call(self, parts: list[str | JudgeImage], system: str | None, schema: dict | None,
+              meta: dict | None = None) -> tuple[str, dict, str, dict]:
         params, mode = self.options.params(schema)
-        request = JudgeRequest(self.config.model, parts, system, params, dict(self.config.options))
+        request = JudgeRequest(self.config.model, parts, system, params, dict(self.config.options), meta=dict(meta or {}))
         try:
             reply = self.transport.send(request)
         except JudgeHTTPError as exc:
@@ -408,6 +415,7 @@ class JudgeClient:
         cache_extra: dict | None = None,
         prefer_key: str | None = "score",
         schema: dict | None = None,
+        meta: dict | None = None,
     ) -> JudgeAnswer:
         """Ask once (with retries) for a JSON object; never raises for endpoint or answer problems
         (except `JudgeUnavailable` when `config.preflight` is on and the preflight request failed).
@@ -415,6 +423,8 @@ class JudgeClient:
         `content` is a prompt string or an ordered list of text parts and images (JudgeImage, Path,
         RGB array); `images` (paths as str or Path, arrays, JudgeImage) are appended after it.
         `schema` (a JSON schema of the answer) asks for structured output where the endpoint has it.
+        `meta` (e.g. model, case_id, metric) travels with the request for transports that want it; it is
+        neither sent nor part of the cache key.
         """
         t0 = time.monotonic()
         parts = self._images(content)
@@ -429,9 +439,9 @@ class JudgeClient:
                 return JudgeAnswer(hit["raw"], hit["parsed"], 0, time.monotonic() - t0, hit["usage"], None, True, key)
         if self.config.preflight:
             self.preflight()
-        return self._ask(parts, system, key, validator, prefer_key, schema, t0)
+        return self._ask(parts, system, key, validator, prefer_key, schema, t0, meta)
 
-    def _ask(self, parts, system, key, validator, prefer_key, schema, t0) -> JudgeAnswer:
+    def _ask(self, parts, system, key, validator, prefer_key, schema, t0, meta=None) -> JudgeAnswer:
         usage: dict = {}
         errors: list[str] = []
         raw: str | None = None
@@ -443,7 +453,7 @@ class JudgeClient:
             try:
                 with self._slots:
                     self._count_request()
-                    raw, u, mode, sent = self._call(parts, system, schema)
+                    raw, u, mode, sent = self._call(parts, system, schema, meta)
                 _add_usage(usage, u)
                 parsed = extract_json(raw, prefer_key=prefer_key)
                 if validator is not None:

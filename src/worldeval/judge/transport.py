@@ -77,6 +77,9 @@ class JudgeRequest:
     extra_body: dict = field(default_factory=dict)
     timeout_s: float | None = None
     purpose: str = "judge"  # "judge" or "preflight"
+    # What the caller says the request is about (model, case_id, metric, step): never sent, never hashed;
+    # a scripted judge matches on it because the request text alone cannot tell two outputs of a case apart.
+    meta: dict = field(default_factory=dict)
 
     @property
     def text(self) -> str:

@@ -70,7 +70,8 @@ def render_report(
     else:
         opis = {"present": False, "runs": [], "notes": [], "config": {}}
     if wc_runs:
-        wc = build_worldcast(wc_runs, score_fn=worldcast_score_fn, max_cases=max_cases, thumb_side=thumb_side)
+        wc = build_worldcast(wc_runs, score_fn=worldcast_score_fn, max_cases=max_cases, thumb_side=thumb_side,
+                             bootstrap=bootstrap, seed=seed)
     else:
         wc = {"present": False, "runs": [], "notes": []}
     opis["notes"] = list(opis["notes"]) + [f"{u}: holds neither an OPIS archive nor judgments.jsonl" for u in unknown]
@@ -86,7 +87,7 @@ def render_report(
 def build_report(run_dirs: list[str | Path], out_path: str | Path, **options) -> Path:
     """Write the self-contained HTML report of `run_dirs` to `out_path` and return the path.
 
-    Options: `title`, `bootstrap` (replicates for the OPIS CI; 0 = none), `seed`,
+    Options: `title`, `bootstrap` (replicates for the OPIS and WorldCast CIs; 0 = none), `seed`,
     `variants`, `max_cases` (cases drawn with images; -1 = all), `frames_per_case`,
     `thumb_side` (longest side of embedded images, pixels), and for tests
     `opis_score_fn(paths, variant, bootstrap, seed)` / `worldcast_score_fn(paths)`.

@@ -25,10 +25,26 @@ IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".webp")
 WcScoreFn = Callable[[list[Path]], dict]
 
 
-def default_score_fn(paths: list[Path]) -> dict:
+def default_score_fn(paths: list[Path], bootstrap: int = 2000, seed: int = 0) -> dict:
     from worldeval.worldcast import scoring
 
-    return scoring.score_runs([str(p) for p in paths])
+    return scoring.score_runs([str(p) for p in paths], bootstrap=bootstrap, seed=seed)
+
+
+def scripted_judges(runs: list[WorldCastRun]) -> dict[str, dict]:
+    """model -> the script that answered for it, for models judged by a scripted (mock) transport."""
+    out: dict[str, dict] = {}
+    for run in runs:
+        man = run.manifest or {}
+        for model, prov in (man.get("models") or {}).items():
+            tr = prov.get("transport") if isinstance(prov, dict) else None
+            if isinstance(tr, dict) and tr.get("name") == "mock":
+                out[str(model)] = {"label": tr.get("label") or "scripted answers", "script": tr.get("script")}
+        tr = ((man.get("backends") or {}).get("judge") or {}).get("transport") or {}
+        cfg_model = (man.get("config") or {}).get("model")
+        if tr.get("name") == "mock" and cfg_model and str(cfg_model) not in out:
+            out[str(cfg_model)] = {"label": tr.get("label") or "scripted answers", "script": tr.get("script")}
+    return out
 
 
 def _failed(rec: dict) -> bool:
@@ -100,10 +116,14 @@ def _output_dir(run: WorldCastRun, model: str, case_id: str) -> Path | None:
     """`<outputs>/<case_id>` of the model, when the run's manifest names its outputs folder."""
     man = run.manifest or {}
     cfg = man.get("config") if isinstance(man.get("config"), dict) else {}
-    # The manifest names one outputs folder: that of the model judged last in this run folder.
-    if cfg.get("model") not in (None, model):
+    prov = (man.get("models") or {}).get(model) if isinstance(man.get("models"), dict) else None
+    if isinstance(prov, dict) and prov.get("outputs"):
+        where = prov["outputs"]
+    elif cfg.get("model") in (None, model):
+        where = cfg.get("outputs") or man.get("outputs")  # a folder judged before per-model provenance
+    else:
         return None
-    outputs = resolve_path(cfg.get("outputs") or man.get("outputs"), [run.root, run.root.parent, Path.cwd()])
+    outputs = resolve_path(where, [run.root, run.root.parent, Path.cwd()])
     return outputs / case_id if outputs is not None and (outputs / case_id).is_dir() else None
 
 
@@ -185,29 +205,74 @@ def _thumb(path: Path | None, side: int, notes: list[str]) -> str | None:
     return images.jpeg_data_uri(img)
 
 
+def _model_block(run: WorldCastRun, e: dict, cid: str, thumb_side: int, overall: dict | None,
+                 scripted: dict | None) -> dict:
+    """One model's part of a case page: its judged states, each metric's score and evidence, traces."""
+    mnotes: list[str] = list(e["warnings"])
+    steps = []
+    for k, p in enumerate(_steps_from_outputs(run, e["model"], cid), 1):
+        uri = _thumb(p, thumb_side, mnotes)
+        if uri is None:
+            continue
+        check = e["step_checks"].get(k)
+        caption = f"step {k}"
+        if check is not None:
+            caption += " · step check: " + ("failed" if check["failed"] else f"{check['score']}/1")
+        steps.append({"uri": uri, "caption": caption})
+    metrics = []
+    for mk in METRICS:
+        if mk in e["metrics"]:
+            d = e["metrics"][mk]
+            metrics.append({"name": mk, "score": d["score"], "max": METRIC_MAX[mk], "evidence": d["evidence"],
+                            "failed": d["failed"], "error": d["error"]})
+    return {"model": e["model"], "anchor": slug("wc-rollout", e["model"], cid), "steps": steps,
+            "metrics": metrics, "notes": mnotes, "interface": e["interface"], "overall": overall,
+            "scripted": scripted, "generation": generation_trace(_output_dir(run, e["model"], cid), mnotes),
+            "keyframes": keyframe_trace(run.root / "states" / e["model"] / cid, mnotes)}
+
+
+def _ci(v) -> list[float] | None:
+    if isinstance(v, (list, tuple)) and len(v) == 2 and all(_num(x) is not None for x in v):
+        return [float(v[0]), float(v[1])]
+    return None
+
+
+def _ranks(rows: list[dict]) -> None:
+    """Competition ranks over the rows with a Final (ties share a rank); the others get None."""
+    finals = [round(r["final"], 9) for r in rows if r["final"] is not None]
+    for r in rows:
+        r["rank"] = None if r["final"] is None else 1 + sum(1 for x in finals if x > round(r["final"], 9))
+
+
+def leaderboard_rows(scores: dict, scripted: dict) -> tuple[list[dict], list[dict]]:
+    """(ranked rows best first, ties by name; rows of models without a score): the second are never ranked."""
+    rows = []
+    for name, m in (scores.get("models") or {}).items():
+        rows.append({"model": name, "final": _num(m.get("final")), "TC": _num(m.get("TC")), "CP": _num(m.get("CP")),
+                     "VC": _num(m.get("VC")), "L3": _num(m.get("L3")), "L4": _num(m.get("L4")),
+                     "ci": {k: _ci(m.get(f"{k}_ci")) for k in ("final", "TC", "CP", "VC")},
+                     "categories": m.get("categories") or {}, "n_cases": m.get("n_cases"),
+                     "n_failed": m.get("n_failed"), "anchor": slug("wc-model", name),
+                     "scripted": scripted.get(name)})
+    _ranks(rows)
+    ranked = sorted((r for r in rows if r["rank"] is not None), key=lambda r: (r["rank"], r["model"]))
+    return ranked, sorted((r for r in rows if r["rank"] is None), key=lambda r: r["model"])
+
+
 def build_worldcast(runs: list[WorldCastRun], *, score_fn: WcScoreFn | None = None, max_cases: int = 20,
-                    thumb_side: int = 224) -> dict:
-    score_fn = score_fn or default_score_fn
+                    thumb_side: int = 224, bootstrap: int = 2000, seed: int = 0) -> dict:
     errors: list[str] = []
     notes = [n for r in runs for n in r.notes]
     try:
-        scores = score_fn([r.root for r in runs])
+        paths = [r.root for r in runs]
+        scores = score_fn(paths) if score_fn else default_score_fn(paths, bootstrap, seed)
     except Exception as exc:
         errors.append(f"WorldCast scoring failed: {type(exc).__name__}: {exc}")
         scores = {"models": {}}
-    rows, cat_names = [], set()
-    for name, m in (scores.get("models") or {}).items():
-        cats = m.get("categories") or {}
-        cat_names.update(cats)
-        rows.append({"model": name, "final": _num(m.get("final")), "TC": _num(m.get("TC")), "CP": _num(m.get("CP")),
-                     "VC": _num(m.get("VC")), "L3": _num(m.get("L3")), "L4": _num(m.get("L4")),
-                     "categories": cats, "n_cases": m.get("n_cases"), "n_failed": m.get("n_failed"),
-                     "anchor": slug("wc-model", name)})
-    rows.sort(key=lambda r: (-(r["final"] if r["final"] is not None else -1e9), r["model"]))
-    for k, r in enumerate(rows, 1):
-        r["rank"] = k
-    categories = sorted(cat_names)
-    for r in rows:
+    scripted = scripted_judges(runs)
+    rows, unscored = leaderboard_rows(scores, scripted)
+    categories = sorted({c for r in rows + unscored for c in r["categories"]})
+    for r in rows + unscored:
         r["cat_values"] = [_num(r["categories"].get(c)) for c in categories]
     fig = None
     if rows:
@@ -216,8 +281,8 @@ def build_worldcast(runs: list[WorldCastRun], *, score_fn: WcScoreFn | None = No
                                        ["final", "TC", "CP", "VC"])
         except Exception as exc:
             errors.append(f"plotting failed: {exc}")
-
-    order = {r["model"]: r["rank"] for r in rows}
+    board = {r["model"]: r for r in rows + unscored}
+    order = {r["model"]: k for k, r in enumerate(rows + unscored)}
     all_cases: dict[tuple[str, str], tuple[WorldCastRun, dict]] = {}
     datasets: dict[str, object] = {}
     for run in runs:
@@ -242,33 +307,15 @@ def build_worldcast(runs: list[WorldCastRun], *, score_fn: WcScoreFn | None = No
             if uri:
                 sec["inputs"].append({"uri": uri, "caption": img.role})
         for run, e in entries:
-            mnotes: list[str] = list(e["warnings"])
-            steps = []
-            for k, p in enumerate(_steps_from_outputs(run, e["model"], cid), 1):
-                uri = _thumb(p, thumb_side, mnotes)
-                if uri is None:
-                    continue
-                check = e["step_checks"].get(k)
-                caption = f"step {k}"
-                if check is not None:
-                    caption += " · step check: " + ("failed" if check["failed"] else f"{check['score']}/1")
-                steps.append({"uri": uri, "caption": caption})
             for k in ("category", "level"):
                 sec[k] = sec[k] or e[k]
-            metrics = []
-            for mk in METRICS:
-                if mk in e["metrics"]:
-                    d = e["metrics"][mk]
-                    metrics.append({"name": mk, "score": d["score"], "max": METRIC_MAX[mk], "evidence": d["evidence"],
-                                    "failed": d["failed"], "error": d["error"]})
-            sec["models"].append({"model": e["model"], "anchor": slug("wc-rollout", e["model"], cid), "steps": steps,
-                                  "metrics": metrics, "notes": mnotes, "interface": e["interface"],
-                                  "generation": generation_trace(_output_dir(run, e["model"], cid), mnotes),
-                                  "keyframes": keyframe_trace(run.root / "states" / e["model"] / cid, mnotes)})
+            sec["models"].append(_model_block(run, e, cid, thumb_side, board.get(e["model"]), scripted.get(e["model"])))
         sec["notes"] = inotes
         sections.append(sec)
+    b = scores.get("bootstrap") if isinstance(scores.get("bootstrap"), dict) else {}
     return {
-        "present": bool(runs), "leaderboard": rows, "categories": categories, "fig": fig, "sections": sections,
+        "present": bool(runs), "leaderboard": rows, "unscored": unscored, "categories": categories, "fig": fig,
+        "sections": sections, "scripted": scripted, "bootstrap": b.get("replicates") or 0,
         "omitted_cases": len(case_ids) - len(shown), "errors": errors, "notes": notes,
         "runs": [{"root": str(r.root), "manifest": r.manifest} for r in runs],
     }

@@ -96,8 +96,9 @@ def _save_png(arr: np.ndarray, path: Path) -> None:
     import io
 
     buf = io.BytesIO()
+    # default compression: the cell's bytes are part of every request hash (and the frozen answers)
     Image.fromarray(arr).save(buf, format="PNG")
-    atomic_write_bytes(path, buf.getvalue())
+    atomic_write_bytes(path, buf.getvalue(), fsync=False)
 
 
 def adapt_output(case: WorldCastCase, outputs: str | Path, states_dir: str | Path, keyframe_selector=None) -> StepSequence:
@@ -140,7 +141,7 @@ def adapt_output(case: WorldCastCase, outputs: str | Path, states_dir: str | Pat
             _save_png(cell, p)
             paths.append(p)
         record = {"interface": "grid", "source": grid.name, "layout_source": source, **rec}
-        atomic_write_json(states_dir / "adapter.json", record)
+        atomic_write_json(states_dir / "adapter.json", record, fsync=False)  # re-made by every rerun
         return StepSequence(case.id, "grid", paths, [None] * len(paths), record, warnings)
     # video
     from worldeval.worldcast.keyframes import ChangePointSelector, KeyframeError, write_keyframes

@@ -76,6 +76,9 @@ def _parse_case(obj: object, path: Path, line: int, root: Path) -> WorldCastCase
 
     if not isinstance(obj, dict):
         raise err(None, f"expected a JSON object, got {type(obj).__name__}")
+    for required in ("id", "category", "instruction", "steps"):
+        if required not in obj:
+            raise err(required, "missing (a required field)")
     cid = obj.get("id")
     if not isinstance(cid, str) or not _ID.match(cid):
         raise err("id", f"must be a non-empty name of letters, digits, '_', '-', '.' (got {cid!r})")

@@ -69,7 +69,152 @@ def _step_table(res: dict):
     return table
 
 
+def _print_scores(res: dict, step_accuracy: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from worldeval.worldcast.scoring import ordered_models, table_rows
+
+    header, rows = table_rows(res)
+    b = res.get("bootstrap") or {}
+    ci = (f"95% CI: case bootstrap within categories, {b['replicates']} replicates, seed {b['seed']}"
+          if b.get("replicates") else "no CIs (--bootstrap 0)")
+    table = Table(title=f"WorldCast (0-100; categories, L3, L4 and Overall are Final scores; {ci})")
+    for h in header:
+        table.add_column(h, justify="left" if h == "model" else "right", no_wrap=True)
+    for r in rows:
+        table.add_row(*r)
+    console = Console(width=max(220, Console().width))
+    console.print(table)
+    _, unscored = ordered_models(res)
+    if unscored:
+        console.print(f"not ranked (no case with every judgment ok): {', '.join(unscored)}")
+    if step_accuracy:
+        console.print(_step_table(res))
+
+
+def _check_judge_inputs(dataset: Path, outputs: Path, case_ids: list[str]) -> None:
+    from worldeval.worldcast.cases import CaseError, load_cases
+    from worldeval.worldcast.judging import check_inputs
+
+    try:
+        cases = load_cases(dataset)
+        check_inputs([c for c in cases if not case_ids or c.id in case_ids] or cases, outputs)
+    except (CaseError, ValueError) as exc:
+        _fail(str(exc))
+
+
+def _judge_client(out: Path, cache, no_cache: bool, transport: str, script: Optional[Path], **settings):
+    """The run's judge client; `--judge-transport mock` answers from the script file, offline."""
+    if transport not in ("openai", "mock"):
+        _fail(f"--judge-transport must be openai or mock, not {transport!r}")
+    if transport == "openai":
+        if script is not None:
+            _fail("--judge-script needs --judge-transport mock")
+        return _make_client(out, cache, no_cache, **settings)
+    from worldeval.judge import JudgeCache, JudgeClient, JudgeConfig, JudgeScriptError, ScriptTransport, load_judge_script
+
+    if script is None:
+        _fail("--judge-transport mock needs --judge-script FILE (scripted answers; see docs/judge.md)")
+    try:
+        scripted = load_judge_script(script)
+        settings["model"] = settings.get("model") or os.environ.get("WORLDEVAL_JUDGE_MODEL") or "scripted"
+        cfg = JudgeConfig(**{k: v for k, v in settings.items() if v is not None and k not in ("base_url", "api_key")})
+    except (JudgeScriptError, ValueError, TypeError) as exc:
+        _fail(str(exc))
+    return JudgeClient(cfg, None if no_cache else JudgeCache(cache or _default_cache(out)),
+                       transport=ScriptTransport(scripted))
+
+
+def _selector(client, keyframes: str, samples: int, dense: int, budget):
+    from worldeval.worldcast.keyframes import AgenticSelector, ChangePointSelector
+
+    if keyframes == "agentic":
+        return AgenticSelector(client, n_samples=samples, dense_samples=dense, max_requests=budget)
+    return ChangePointSelector()
+
+
+def _judge_and_report(client, job: dict, quiet: bool) -> None:
+    """Run the judge with a progress bar; exit 0 all ok, 1 some items failed, 2 bad input, 3 judge unusable."""
+    from rich.console import Console
+
+    from worldeval.judge import CircuitOpen, JudgeUnavailable
+    from worldeval.worldcast.cases import CaseError
+    from worldeval.worldcast.judging import run_judge
+    from worldeval.worldcast.progress import RichJudgeProgress, endpoint_notice, failure_summary
+
+    console = Console(stderr=True)
+    model, out = job["model"], job["out_dir"]
+    if not quiet:
+        console.print(endpoint_notice(client.config, client.transport.name), markup=False, highlight=False)
+    try:
+        with RichJudgeProgress(console, f"judging {model}", disable=quiet) as bar:
+            res = run_judge(client=client, events=bar, progress=None if quiet else _plan_lines(bar), **job)
+    except CircuitOpen as exc:
+        typer.echo(f"error: {exc}. What finished is kept in {out}; fix the judge (answer format, model, key) "
+                   f"and rerun the same command to resume", err=True)
+        raise typer.Exit(3)
+    except JudgeUnavailable as exc:
+        typer.echo(f"error: {exc}; nothing more was asked (rerun when the endpoint works)", err=True)
+        raise typer.Exit(3)
+    except (CaseError, ValueError) as exc:
+        _fail(str(exc))
+    finally:
+        if client.cache is not None:
+            client.cache.close()
+    t = client.totals
+    typer.echo(
+        f"{model}: asked {res.asked}, kept {res.kept}, ok {res.ok}, failed {res.failed} "
+        f"({t['requests']} requests, {t['cache_hits']} cache hits, {t['total_tokens']} tokens) -> {out}"
+    )
+    if res.failed:
+        typer.echo(failure_summary(model, res), err=True)
+        typer.echo(f"{res.failed} item(s) failed; rerun the same command to retry only those.", err=True)
+        raise typer.Exit(1)
+
+
+def _plan_lines(bar):
+    # Per-item lines come from the bar (failures only); keep run_judge's planning and adapter messages.
+    def say(text: str) -> None:
+        if ": ok " in text or ": failed:" in text or ": cannot adapt output: " in text:
+            return  # the bar prints each failed item with its reason
+        bar.say(text)
+    return say
+
+
+def _demo_cmd(
+    out: Path = typer.Option(Path("worldeval-worldcast-demo"), "--out", help="Folder for the run, scores.json and report.html."),
+    bootstrap: int = typer.Option(2000, "--bootstrap", min=0, help="Case-bootstrap replicates for the CIs (0: none)."),
+    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress; only the leaderboard."),
+) -> None:
+    """WorldCast end to end on the packaged samples, offline: a scripted judge (mock transport), scores, report."""
+    from rich.console import Console
+
+    from worldeval.worldcast.demo import run_demo
+    from worldeval.worldcast.progress import RichJudgeProgress
+    from worldeval.worldcast.scoring import score_runs
+
+    err = Console(stderr=True)
+    if not quiet:
+        err.print("judge: scripted answers (mock transport, worldcast/assets/demo_judge.json); nothing is sent "
+                  "anywhere and no model judges these outputs", markup=False, highlight=False)
+    with RichJudgeProgress(err, "judging", disable=quiet) as bar:
+        def events_for(model: str):
+            bar.label = f"judging {model}"
+            return bar
+
+        summary = run_demo(out, bootstrap=bootstrap, seed=seed, events_for=events_for)
+    for model, j in summary["judged"].items():
+        if j["failed"] and not quiet:
+            err.print(f"{model}: {j['failed']} item(s) failed as the demo intends: {'; '.join(j['reasons'])}",
+                      markup=False, highlight=False)
+    _print_scores(score_runs([Path(summary["run"])], bootstrap=bootstrap, seed=seed), False)
+    typer.echo(f"report: {summary['report']}  (scores: {summary['scores']}; {summary['seconds']:.1f} s)")
+
+
 def register(app: typer.Typer) -> None:
+    app.command("demo")(_demo_cmd)
     _register_generate(app)
     _register_keyframe_agreement(app)
 
@@ -88,7 +233,7 @@ def register(app: typer.Typer) -> None:
         backoff: float = typer.Option(1.0, "--backoff", help="First retry delay in seconds (doubles, with jitter)."),
         backoff_max: float = typer.Option(60.0, "--backoff-max", min=0, help="Longest wait between attempts, Retry-After included."),
         seed: int = typer.Option(0, "--seed", help="Sampling seed sent to servers that take one."),
-        reasoning_effort: Optional[str] = typer.Option(None, "--reasoning-effort", help="low, medium or high, for reasoning models (the paper: medium)."),
+        reasoning_effort: Optional[str] = typer.Option(None, "--reasoning-effort", metavar="[low|medium|high]", help="low, medium or high, for reasoning models (the paper: medium)."),
         temperature: Optional[str] = typer.Option(None, "--temperature", help="Sampling temperature (default 0; dropped for the run if the model refuses it; 'default' never sends one)."),
         max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1, help="Answer length limit (sent as max_completion_tokens if the endpoint asks for it)."),
         judge_option: List[str] = typer.Option([], "--judge-option", help="Extra request body field KEY=VALUE (VALUE as JSON when it parses; repeatable)."),
@@ -99,87 +244,59 @@ def register(app: typer.Typer) -> None:
         cache: Optional[Path] = typer.Option(None, "--cache", help="SQLite answer cache (default RUN_DIR/judge_cache.sqlite, or $WORLDEVAL_CACHE_DIR)."),
         no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the answer cache."),
         step_accuracy: bool = typer.Option(False, "--step-accuracy", help="Also judge each step on its own (designated-step accuracy)."),
-        step_scope: str = typer.Option("paper", "--step-scope", help="Cases given step checks: paper (four-step cases without an endpoint reference image) or all."),
-        keyframes: str = typer.Option("changepoint", "--keyframes", help="Video keyframe selector: changepoint (no model) or agentic (asks the judge endpoint)."),
+        step_scope: str = typer.Option("paper", "--step-scope", metavar="[paper|all]", help="Cases given step checks: paper (four-step cases without an endpoint reference image) or all."),
+        keyframes: str = typer.Option("changepoint", "--keyframes", metavar="[changepoint|agentic]", help="Video keyframe selector: changepoint (no model) or agentic (asks the judge endpoint)."),
         keyframe_samples: int = typer.Option(16, "--keyframe-samples", min=2, help="Frames of the agentic selector's coarse pass."),
         keyframe_dense: int = typer.Option(8, "--keyframe-dense", min=2, help="Frames of each dense pass of the agentic selector."),
         keyframe_budget: Optional[int] = typer.Option(None, "--keyframe-budget", min=1, help="VLM requests per video for the agentic selector (default 1 + steps)."),
         case: List[str] = typer.Option([], "--case", help="Judge only these case ids (repeatable)."),
+        judge_transport: str = typer.Option("openai", "--judge-transport", metavar="[openai|mock]", help="openai: an OpenAI-compatible endpoint; mock: scripted answers from --judge-script, offline."),
+        judge_script: Optional[Path] = typer.Option(None, "--judge-script", help="JSON file of scripted answers for --judge-transport mock (see docs/judge.md)."),
+        circuit_breaker: int = typer.Option(5, "--circuit-breaker", min=0, help="Stop (exit 3) when the first N judged items all fail the same way (0: never)."),
         quiet: bool = typer.Option(False, "--quiet", "-q"),
     ) -> None:
         """Judge one model's outputs with a multimodal LLM and write judgments.jsonl + manifest.json."""
-        from worldeval.judge import JudgeUnavailable
-        from worldeval.worldcast.cases import CaseError
-        from worldeval.worldcast.judging import run_judge
-        from worldeval.worldcast.keyframes import AgenticSelector, ChangePointSelector
-
         if step_scope not in ("paper", "all"):
             _fail(f"--step-scope must be paper or all, not {step_scope!r}")
-        client = _make_client(
-            out, cache, no_cache, base_url=base_url, model=judge_model, api_key=api_key, concurrency=concurrency,
-            timeout_s=timeout, max_attempts=max_attempts, seed=seed, json_mode=json_mode, backoff_base_s=backoff,
-            backoff_max_s=backoff_max, image_max_side=image_max_side or None, reasoning_effort=reasoning_effort,
-            max_tokens=max_tokens, structured=structured, preflight=preflight,
-            **_judge_settings(temperature, judge_option))
-        if keyframes == "changepoint":
-            selector = ChangePointSelector()
-        elif keyframes == "agentic":
-            selector = AgenticSelector(client, n_samples=keyframe_samples, dense_samples=keyframe_dense,
-                                       max_requests=keyframe_budget)
-        else:
+        if keyframes not in ("changepoint", "agentic"):
             _fail(f"--keyframes must be changepoint or agentic, not {keyframes!r}")
-        try:
-            res = run_judge(dataset, outputs, model, out, client, step_accuracy=step_accuracy, step_scope=step_scope,
-                            keyframe_selector=selector, case_ids=list(case) or None,
-                            progress=None if quiet else (lambda s: typer.echo(s, err=True)),
-                            extra_config={"cache": None if no_cache else str(cache or _default_cache(out)),
-                                          "keyframes": {"selector": keyframes, "samples": keyframe_samples,
-                                                        "dense": keyframe_dense, "budget": keyframe_budget}})
-        except JudgeUnavailable as exc:
-            typer.echo(f"error: {exc}; nothing more was asked (rerun when the endpoint works)", err=True)
-            raise typer.Exit(3)
-        except (CaseError, ValueError) as exc:
-            _fail(str(exc))
-        finally:
-            if client.cache is not None:
-                client.cache.close()
-        t = client.totals
-        typer.echo(
-            f"{model}: asked {res.asked}, kept {res.kept}, ok {res.ok}, failed {res.failed} "
-            f"({t['requests']} requests, {t['cache_hits']} cache hits, {t['total_tokens']} tokens) -> {out}"
-        )
-        if res.failed:
-            typer.echo(f"{res.failed} item(s) failed; rerun the same command to retry only those.", err=True)
+        if judge_transport != "mock" and not (judge_model or os.environ.get("WORLDEVAL_JUDGE_MODEL")):
+            _fail("no judge model: pass --judge-model or set WORLDEVAL_JUDGE_MODEL")
+        _check_judge_inputs(dataset, outputs, list(case))  # before the cache file or the run folder exists
+        client = _judge_client(
+            out, cache, no_cache, judge_transport, judge_script, base_url=base_url, model=judge_model,
+            api_key=api_key, concurrency=concurrency, timeout_s=timeout, max_attempts=max_attempts, seed=seed,
+            json_mode=json_mode, backoff_base_s=backoff, backoff_max_s=backoff_max,
+            image_max_side=image_max_side or None, reasoning_effort=reasoning_effort, max_tokens=max_tokens,
+            structured=structured, preflight=preflight, **_judge_settings(temperature, judge_option))
+        selector = _selector(client, keyframes, keyframe_samples, keyframe_dense, keyframe_budget)
+        extra = {"cache": None if no_cache else str(cache or _default_cache(out)),
+                 "keyframes": {"selector": keyframes, "samples": keyframe_samples, "dense": keyframe_dense,
+                               "budget": keyframe_budget}}
+        _judge_and_report(client, dict(dataset=dataset, outputs=outputs, model=model, out_dir=out,
+                                       step_accuracy=step_accuracy, step_scope=step_scope, keyframe_selector=selector,
+                                       case_ids=list(case) or None, extra_config=extra, breaker=circuit_breaker),
+                          quiet)
 
     @app.command("score")
     def score_cmd(
         run_dirs: List[Path] = typer.Argument(..., help="Run folders holding judgments.jsonl."),
-        as_json: bool = typer.Option(False, "--json", help="Print the SPEC JSON instead of a table."),
+        as_json: bool = typer.Option(False, "--json", help="Print the SPEC JSON (plus rank and *_ci keys) instead of a table."),
         step_accuracy: bool = typer.Option(False, "--step-accuracy", help="Add the per-step accuracy curve."),
+        bootstrap: int = typer.Option(2000, "--bootstrap", min=0, help="Case-bootstrap replicates for the 95% CIs (0: none)."),
+        seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
     ) -> None:
-        """Final, TC, CP, VC, per category, L3, L4 per model (failures excluded and counted)."""
-        from worldeval.worldcast.scoring import score_runs, table_rows
+        """Final, TC, CP, VC with 95% CIs, per category, L3, L4 per model (failures excluded and counted)."""
+        from worldeval.worldcast.scoring import score_runs
 
         try:
-            res = score_runs(run_dirs, step_accuracy=step_accuracy)
+            res = score_runs(run_dirs, step_accuracy=step_accuracy, bootstrap=bootstrap, seed=seed)
         except (FileNotFoundError, ValueError) as exc:
             _fail(str(exc))
         if as_json:
             typer.echo(json.dumps(res, indent=2, sort_keys=True))
             return
-        from rich.console import Console
-        from rich.table import Table
-
-        header, rows = table_rows(res)
-        table = Table(title="WorldCast (0-100; categories, L3, L4 and Overall are Final scores)")
-        for h in header:
-            table.add_column(h, justify="left" if h == "model" else "right")
-        for r in rows:
-            table.add_row(*r)
-        console = Console(width=max(160, Console().width))
-        console.print(table)
-        if step_accuracy:
-            console.print(_step_table(res))
+        _print_scores(res, step_accuracy)
 
     @app.command("agreement")
     def agreement_cmd(
@@ -244,7 +361,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("prompts")
     def prompts_cmd(
-        interface: str = typer.Option(..., "--interface", help="grid, interleaved or video."),
+        interface: str = typer.Option(..., "--interface", metavar="[grid|interleaved|video]", help="grid, interleaved or video."),
         dataset: Optional[Path] = typer.Option(None, "--dataset", help="Dataset folder (default: the packaged samples)."),
         out: Optional[Path] = typer.Option(None, "--out", help="Write JSONL here instead of stdout."),
     ) -> None:
@@ -305,6 +422,16 @@ def register(app: typer.Typer) -> None:
                 typer.echo(f"outputs ({kind}): {sample_outputs(kind)}")
 
 
+def _host(base_url: Optional[str]) -> str:
+    """The endpoint as a user should see it: scheme, host and port only (never a key or a path's secret)."""
+    if not base_url:
+        return "api.openai.com (the openai SDK default: neither --base-url nor OPENAI_BASE_URL is set)"
+    from urllib.parse import urlsplit
+
+    p = urlsplit(base_url)
+    return f"{p.scheme}://{p.hostname}{':' + str(p.port) if p.port else ''}" if p.hostname else base_url
+
+
 def _llm_client(model: str, base_url, api_key, timeout: float, max_attempts: int, backoff: float, concurrency: int):
     from worldeval.judge import JudgeClient, JudgeConfig
 
@@ -318,7 +445,7 @@ def _register_generate(app: typer.Typer) -> None:
     @app.command("generate")
     def generate_cmd(
         dataset: Path = typer.Option(..., "--dataset", help="WorldCast dataset folder (holds cases.jsonl)."),
-        interface: str = typer.Option(..., "--interface", help="interleaved, grid or video."),
+        interface: str = typer.Option(..., "--interface", metavar="[interleaved|grid|video]", help="interleaved, grid or video."),
         out: Path = typer.Option(..., "--out", help="Outputs folder (one sub-folder per case); rerunning resumes."),
         base_url: Optional[str] = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint (or OPENAI_BASE_URL)."),
         gen_model: Optional[str] = typer.Option(None, "--gen-model", help="Image or video generation model."),
@@ -347,7 +474,7 @@ def _register_generate(app: typer.Typer) -> None:
         """Generate one model's outputs for a dataset in the layout `worldcast judge` reads."""
         from worldeval.runs import ResumeError
         from worldeval.worldcast.cases import CaseError
-        from worldeval.worldcast.generate import GenerateOptions, run_generate
+        from worldeval.worldcast.generate import EndpointUnusable, GenerateOptions, run_generate
         from worldeval.worldcast.generate_api import GenConfig, GenEndpoint
 
         base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
@@ -366,9 +493,14 @@ def _register_generate(app: typer.Typer) -> None:
             inspector=llm(checker) if agentic and checker else None, plan_iterate=plan_iterate, agentic=agentic,
             budget=budget, command=command, command_timeout_s=command_timeout, concurrency=concurrency,
         )
+        if endpoint is not None and not quiet:
+            typer.echo(f"generation endpoint: {_host(base_url)}, model {gen_model!r}", err=True)
         try:
             res = run_generate(dataset, out, opts, case_ids=list(case) or None, force=force,
                                progress=None if quiet else (lambda s: typer.echo(s, err=True)))
+        except EndpointUnusable as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(3)
         except (CaseError, ResumeError, ValueError) as exc:
             _fail(str(exc))
         typer.echo(f"generated {len(res.done)}, kept {len(res.kept)}, failed {len(res.failed)} "

@@ -291,11 +291,38 @@ class CaseJob:
             raise GenError(f"--command exited with status {rc} (log: {log})")
 
 
+class EndpointUnusable(RuntimeError):
+    """The generation endpoint cannot be used at all (nothing listens, timeout, key refused): exit 3."""
+
+
+_EXPECTED = {"interleaved": "step_1.png ... step_K.png", "grid": "grid.png", "video": "video.mp4"}
+
+
+def _expect_files(case_dir: Path, case: WorldCastCase, interface: str) -> None:
+    """A program that wrote the wrong file names hears what the interface expects, not a staging path."""
+    wanted = {"grid": case_dir / "grid.png", "video": case_dir / "video.mp4"}.get(interface)
+    has = (wanted.is_file() if wanted is not None
+           else any(p.name.lower().startswith("step_") for p in case_dir.iterdir()))
+    if has:
+        return
+    got = sorted(p.name for p in case_dir.iterdir() if p.is_file() and p.name not in ("request.json", "prompt.txt"))
+    shown = _summarise_names(got)
+    raise GenError(f"{case.id}: --interface {interface} expects {_EXPECTED[interface]}, got {shown or 'no files'}")
+
+
+def _summarise_names(names: list[str]) -> str:
+    steps = [n for n in names if n.lower().startswith("step_")]
+    rest = [n for n in names if n not in steps]
+    parts = ([f"step_*{Path(steps[0]).suffix}"] if len(steps) > 1 else steps) + rest
+    return ", ".join(parts[:6]) + (", ..." if len(parts) > 6 else "")
+
+
 def check_output(case_dir: Path, case: WorldCastCase, interface: str) -> None:
     """The staged output must read as the interface's layout (the same readers `worldcast judge` uses)."""
     from worldeval.media import MediaError, probe_video, read_image
     from worldeval.worldcast.grid import layout_for
 
+    _expect_files(case_dir, case, interface)
     try:
         if interface == "interleaved":
             steps = _step_images(case_dir)
@@ -334,7 +361,7 @@ def run_generate(dataset: str | Path, out: str | Path, opts: GenerateOptions, *,
         try:
             opts.endpoint.preflight()
         except GenError as exc:
-            raise ValueError(f"generation endpoint: {exc}") from None
+            raise EndpointUnusable(f"generation endpoint: {exc}") from None
     man = base_manifest("worldeval worldcast generate", {**config, "dataset": str(Path(dataset).resolve())})
     man.update(config_hash=chash, dataset_fingerprint=fp)
     atomic_write_json(book / "manifest.json", man)

@@ -76,6 +76,11 @@ def validate_record(rec: Any, path: str | Path | None = None, line: int | None =
 
     if not isinstance(rec, dict):
         raise bad(None, f"expected a JSON object, got {type(rec).__name__}")
+    for key in ("model", "case_id", "category", "metric", "status"):
+        if key not in rec:
+            raise bad(key, "missing (a required field)")
+    if rec["status"] == "ok" and "score" not in rec:
+        raise bad("score", "missing (an ok record needs its score)")
     for key in ("model", "case_id"):
         if not isinstance(rec.get(key), str) or not rec[key]:
             raise bad(key, f"must be a non-empty string (got {rec.get(key)!r})")
@@ -128,9 +133,13 @@ def read_judgments(path: str | Path) -> list[dict]:
     return out
 
 
-def append_judgment(path: str | Path, rec: dict) -> None:
-    """Validate, then append one record (fsynced), so a bad record fails where it is made."""
-    append_jsonl(path, validate_record(rec, path))
+def append_judgment(path: str | Path, rec: dict, writer=None) -> None:
+    """Validate, then append one record (fsynced, or through `writer`, a `runs.JsonlAppender`), so a bad
+    record fails where it is made."""
+    if writer is not None:
+        writer.append(validate_record(rec, path))
+    else:
+        append_jsonl(path, validate_record(rec, path))
 
 
 def judgment_base(model: str, case, metric: str, step: int | None, judge_model: str, interface: str | None,

@@ -15,8 +15,11 @@ counts in `n_failed`. A failure is never a 0.
 from __future__ import annotations
 
 import math
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from worldeval.worldcast.cases import CATEGORY_LEVEL, L3_CATEGORIES, L4_CATEGORIES
 from worldeval.worldcast.metrics import CASE_METRICS, DIMENSIONS, METRICS, final_score, task_completion
@@ -158,13 +161,82 @@ def step_accuracy_curve(records: list[dict]) -> dict:
                      "n": len(per.get(k, [])), "n_failed": failed.get(k, 0)} for k in steps}
 
 
-def score_runs(run_dirs: list[str | Path], step_accuracy: bool = False) -> dict:
+CI_KEYS = {"final": "final_ci", "TC": "TC_ci", "CP": "CP_ci", "VC": "VC_ci"}
+
+
+def _case_matrix(cases: list[CaseScore]) -> np.ndarray:
+    """N cases x (Final, TC, CP, VC) on the 0-100 scale; NaN where unknown (a failure is never a 0)."""
+    rows = []
+    for c in cases:
+        dims = [c.dimension(k) * 100 / d.top if c.dimension(k) is not None else np.nan for k, d in DIMENSIONS.items()]
+        rows.append([np.nan if c.final is None else c.final] + dims)
+    return np.asarray(rows, dtype=float).reshape(len(cases), 1 + len(DIMENSIONS))
+
+
+def bootstrap_cis(model: str, cases: list[CaseScore], replicates: int, seed: int = 0,
+                  level: float = 0.95) -> dict[str, list[float] | None]:
+    """Percentile CIs of Final, TC, CP, VC from a case bootstrap stratified by category.
+
+    As for OPIS (`worldeval.stats`): each category resamples its own cases with replacement, every
+    replicate recomputes the statistic exactly as reported (the mean over the cases where it is known),
+    and each model draws from its own stream seeded by (seed, crc32(model)), so adding a model changes
+    no other model's interval.
+    """
+    from worldeval.stats import percentile_interval, stratified_counts
+
+    keys = ["final", *DIMENSIONS]
+    if replicates <= 0 or not cases:
+        return {CI_KEYS[k]: None for k in keys}
+    values = _case_matrix(cases)
+    defined = ~np.isnan(values)
+    _, strata = np.unique(np.asarray([c.category for c in cases]), return_inverse=True)
+    rng = np.random.default_rng([int(seed), zlib.crc32(str(model).encode("utf-8"))])
+    w = stratified_counts(strata, replicates, rng)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = (w @ np.where(defined, values, 0.0)) / (w @ defined.astype(float))
+    lohi = percentile_interval(means, level)
+    out = {}
+    for i, k in enumerate(keys):
+        lo, hi = lohi[0, i], lohi[1, i]
+        out[CI_KEYS[k]] = None if not defined[:, i].any() or np.isnan(lo) else [float(lo), float(hi)]
+    return out
+
+
+def rank_models(models: dict[str, dict]) -> None:
+    """Add `rank`: 1 for the best Final, equal Finals share a rank (1, 1, 3); a model with no Final gets None."""
+    scored = sorted((round(s["final"], 9), m) for m, s in models.items() if s.get("final") is not None)
+    finals = [f for f, _ in scored]
+    for m, s in models.items():
+        f = s.get("final")
+        s["rank"] = None if f is None else 1 + sum(1 for x in finals if x > round(f, 9))
+
+
+def score_runs(run_dirs: list[str | Path], step_accuracy: bool = False, bootstrap: int = 0, seed: int = 0) -> dict:
+    """The SPEC JSON, plus per model `rank` and (with `bootstrap` replicates) `final_ci`, `TC_ci`, `CP_ci`, `VC_ci`."""
     by_model = load_run_records(run_dirs)
-    return {"models": {m: summarize_model(recs, step_accuracy) for m, recs in sorted(by_model.items())}}
+    models = {}
+    for m, recs in sorted(by_model.items()):
+        models[m] = summarize_model(recs, step_accuracy)
+        models[m].update(bootstrap_cis(m, list(case_scores(recs).values()), bootstrap, seed))
+    rank_models(models)
+    return {"models": models, "bootstrap": {"replicates": int(bootstrap), "seed": int(seed), "level": 0.95,
+                                            "strata": "category"}}
+
+
+def ordered_models(result: dict) -> tuple[list[str], list[str]]:
+    """(ranked models best first, ties by name; models without a score, by name): the second are never ranked."""
+    models = result["models"]
+    ranked = sorted((m for m, s in models.items() if s.get("rank") is not None),
+                    key=lambda m: (models[m]["rank"], m))
+    return ranked, sorted(m for m, s in models.items() if s.get("rank") is None)
 
 
 def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.1f}"
+
+
+def _fmt_ci(ci) -> str:
+    return "-" if not ci else f"{ci[0]:.1f}-{ci[1]:.1f}"
 
 
 CATEGORY_SHORT = {
@@ -176,15 +248,19 @@ CATEGORY_SHORT = {
 
 def table_rows(result: dict) -> tuple[list[str], list[list[str]]]:
     """Rows like the paper's Table 1: L3 categories, L3, L4 categories, L4, overall, then TC/CP/VC."""
-    header = (["model"] + [CATEGORY_SHORT[c] for c in L3_CATEGORIES] + ["L3"]
-              + [CATEGORY_SHORT[c] for c in L4_CATEGORIES] + ["L4", "Overall", "TC", "CP", "VC", "cases", "failed"])
+    header = (["#", "model"] + [CATEGORY_SHORT[c] for c in L3_CATEGORIES] + ["L3"]
+              + [CATEGORY_SHORT[c] for c in L4_CATEGORIES] + ["L4", "Overall", "95% CI", "TC", "CP", "VC", "cases",
+                                                              "failed"])
     rows = []
-    for m, s in result["models"].items():
+    ranked, unscored = ordered_models(result)
+    for m in ranked + unscored:
+        s = result["models"][m]
         cats = s["categories"]
-        rows.append([m] + [_fmt(cats.get(c)) for c in L3_CATEGORIES] + [_fmt(s["L3"])]
-                    + [_fmt(cats.get(c)) for c in L4_CATEGORIES] + [_fmt(s["L4"]), _fmt(s["final"]), _fmt(s["TC"]),
-                                                                    _fmt(s["CP"]), _fmt(s["VC"]), str(s["n_cases"]),
-                                                                    str(s["n_failed"])])
+        rank = "-" if s.get("rank") is None else str(s["rank"])
+        rows.append([rank, m] + [_fmt(cats.get(c)) for c in L3_CATEGORIES] + [_fmt(s["L3"])]
+                    + [_fmt(cats.get(c)) for c in L4_CATEGORIES]
+                    + [_fmt(s["L4"]), _fmt(s["final"]), _fmt_ci(s.get("final_ci")), _fmt(s["TC"]), _fmt(s["CP"]),
+                       _fmt(s["VC"]), str(s["n_cases"]), str(s["n_failed"])])
     return header, rows
 
 
