@@ -44,6 +44,8 @@ def main(argv=None) -> int:
     ap.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[1].parent / "shared" / "data")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--propagation-stride", type=int, default=None, help="EvalConfig.propagation_stride (default: the config's)")
+    ap.add_argument("--no-propagation", action="store_true", help="the evaluator without the propagation stage")
     args = ap.parse_args(argv)
     if not (args.data / "davis_bmx_trees").exists():
         print(f"data not found: {args.data / 'davis_bmx_trees'}", file=sys.stderr)
@@ -54,12 +56,15 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
         ds, ro = build(args.data, tmp)
-        run_eval(ds, ro, "warmup", tmp / "run", workers=0)  # model load, first-touch costs
+        cfg = {"propagation": not args.no_propagation}
+        if args.propagation_stride:
+            cfg["propagation_stride"] = args.propagation_stride
+        run_eval(ds, ro, "warmup", tmp / "run", workers=0, config=cfg)  # model load, first-touch costs
         totals = {k: 0.0 for k in STAGES}
         n_frames, wall = 0, 0.0
         for r in range(args.repeats):
             t0 = time.perf_counter()
-            summary = run_eval(ds, ro, f"rep{r}", tmp / "run", workers=0)
+            summary = run_eval(ds, ro, f"rep{r}", tmp / "run", workers=0, config=cfg)
             wall += time.perf_counter() - t0
             assert summary["done"], summary
             st = json.loads((tmp / "run" / "status" / f"rep{r}" / "davis_bmx_trees.json").read_text())

@@ -193,3 +193,34 @@ def test_a_painted_out_object_is_not_verified(features):
     obs, cfg = _run(frames, masks, features)
     for t, found in obs.items():
         assert not any(PR.verified(o.propagation, cfg) for o in found), (t, [o.propagation for o in found])
+
+
+def test_fused_trunk_gives_the_networks_own_features():
+    """Folding BatchNorm into the convolutions changes nothing but float32 rounding."""
+    import torch
+
+    from worldeval.opis.perception.embedding import _load, fused_trunk
+
+    model, _ = _load()
+    x = torch.from_numpy((np.random.default_rng(1).random((1, 3, 96, 160)).astype(np.float32) - 0.5) * 2)
+    with torch.inference_mode():
+        ref = model._swish(model._bn0(model._conv_stem(x)))
+        for block in model._blocks[:11]:
+            ref = block(ref)
+        got = fused_trunk(10)(x)
+    assert got.shape == ref.shape == (1, 112, 6, 10)
+    assert float((got - ref).abs().max()) < 1e-4 * max(1.0, float(ref.abs().max()))
+
+
+def test_fused_network_gives_extract_features():
+    import torch
+
+    from worldeval.opis.perception.embedding import _load, fused_trunk
+
+    model, _ = _load()
+    x = torch.from_numpy((np.random.default_rng(2).random((2, 3, 128, 128)).astype(np.float32) - 0.5) * 2)
+    with torch.inference_mode():
+        ref = model.extract_features(x)
+        got = fused_trunk(len(model._blocks) - 1, head=True)(x)
+    assert got.shape == ref.shape == (2, 1280, 4, 4)
+    assert float((got - ref).abs().max()) < 1e-4 * max(1.0, float(ref.abs().max()))

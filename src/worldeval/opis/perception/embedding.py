@@ -174,7 +174,7 @@ class EfficientNetColourEmbedder:
         x = np.stack(crops).astype(np.float32)
         x = (x - 127.0) / 128.0  # EfficientNet-Lite's own input scaling
         with torch.inference_mode():
-            fmap = model.extract_features(torch.from_numpy(x).permute(0, 3, 1, 2).contiguous()).numpy()
+            fmap = fused_trunk(len(model._blocks) - 1, head=True)(_nchw(torch.from_numpy(x).permute(0, 3, 1, 2))).contiguous().numpy()
         n, c, fh, fw = fmap.shape
         wts = np.stack([_pool_weights(w, fh, fw) for w in weights])  # n x fh x fw
         pooled = np.einsum("nchw,nhw->nc", fmap, wts)
@@ -253,18 +253,92 @@ class EfficientNetDenseFeatures:
         import cv2
         import torch
 
-        model, _ = _load()
         H, W = image.shape[:2]
         s = self.side / max(H, W)
         size = (max(16, int(round(W * s))), max(16, int(round(H * s))))
         x = cv2.resize(image, size, interpolation=cv2.INTER_AREA if s < 1 else cv2.INTER_LINEAR).astype(np.float32)
         x = (x - 127.0) / 128.0
         with torch.inference_mode():
-            y = model._swish(model._bn0(model._conv_stem(torch.from_numpy(x).permute(2, 0, 1)[None].contiguous())))
-            for block in model._blocks[: self.BLOCK + 1]:
-                y = block(y)
-            y = torch.nn.functional.normalize(y[0], dim=0)
+            y = fused_trunk(self.BLOCK)(_nchw(torch.from_numpy(x).permute(2, 0, 1)[None]))
+            y = torch.nn.functional.normalize(y[0].float(), dim=0)
         return y.permute(1, 2, 0).contiguous().numpy()
+
+
+_TRUNKS: dict = {}
+
+
+def fused_trunk(last_block: int, head: bool = False):
+    """The network's stem and blocks 0..last_block (and its head, for `extract_features`) for inference,
+    BatchNorm folded into the convolutions.
+
+    The package's own forward pads before every convolution and normalises after it, a quarter of
+    the time at propagation's frame sizes; folded, with symmetric padding inside the convolution and
+    channels-last tensors inside, the same features (to float32 rounding: 5e-5 on activations up to
+    20) take a quarter to a third of the time (640 x 360 to block 10: 202 -> 69 ms on one thread,
+    141 -> 34 ms on two; six 128 x 128 crops through the whole network: 49 -> 24 ms on two).
+    """
+    model, _ = _load()  # takes _LOCK itself
+    with _LOCK:
+        if (last_block, head) not in _TRUNKS:
+            _TRUNKS[(last_block, head)] = _FusedTrunk(model, last_block, head)
+    return _TRUNKS[(last_block, head)]
+
+
+def _nchw(x):
+    """A plain contiguous copy of an image batch. Handed a permuted HWC view (channels-last strides
+    already), the trunk ran 2-3x slower than from this copy (640 x 360, 2 threads: 95 against 34 ms)."""
+    return x.contiguous()
+
+
+def _fold(conv, bn) -> tuple:
+    """(weight, bias, stride, padding, explicit pad or None, groups) of conv followed by bn, in eval mode."""
+    import torch
+
+    w = conv.weight.detach()
+    b = conv.bias.detach() if conv.bias is not None else torch.zeros(w.shape[0])
+    scale = bn.weight.detach() / torch.sqrt(bn.running_var + bn.eps)
+    w = (w * scale[:, None, None, None]).contiguous()
+    b = ((b - bn.running_mean) * scale + bn.bias.detach()).contiguous()
+    pad = getattr(conv, "static_padding", None)
+    left, right, top, bottom = tuple(pad.padding) if isinstance(pad, torch.nn.ZeroPad2d) else (0, 0, 0, 0)
+    if left == right and top == bottom:
+        return w, b, tuple(conv.stride), (top, left), None, conv.groups
+    return w, b, tuple(conv.stride), (0, 0), (left, right, top, bottom), conv.groups
+
+
+class _FusedTrunk:
+    def __init__(self, model, last_block: int, head: bool = False):
+        self.stem = _fold(model._conv_stem, model._bn0)
+        self.head = _fold(model._conv_head, model._bn1) if head else None
+        self.blocks = []
+        for blk in model._blocks[: last_block + 1]:
+            a = blk._block_args
+            if blk.has_se:
+                raise ValueError("fused trunk: squeeze-and-excitation blocks are not supported (EfficientNet-Lite has none)")
+            expand = _fold(blk._expand_conv, blk._bn0) if a.expand_ratio != 1 else None
+            stride = a.stride if isinstance(a.stride, int) else a.stride[0]
+            skip = bool(blk.id_skip and stride == 1 and a.input_filters == a.output_filters)
+            self.blocks.append((expand, _fold(blk._depthwise_conv, blk._bn1), _fold(blk._project_conv, blk._bn2), skip))
+
+    @staticmethod
+    def _conv(op, x, relu6: bool = True):
+        import torch.nn.functional as F
+
+        w, b, stride, padding, explicit, groups = op
+        if explicit is not None:
+            x = F.pad(x, explicit)
+        x = F.conv2d(x, w, b, stride, padding, 1, groups)
+        return x.clamp_(0.0, 6.0) if relu6 else x
+
+    def __call__(self, x):
+        import torch
+
+        x = self._conv(self.stem, x.contiguous(memory_format=torch.channels_last))
+        for expand, depthwise, project, skip in self.blocks:
+            y = self._conv(expand, x) if expand is not None else x
+            y = self._conv(project, self._conv(depthwise, y), relu6=False)
+            x = y + x if skip else y
+        return self._conv(self.head, x) if self.head is not None else x
 
 
 

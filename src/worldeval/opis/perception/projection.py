@@ -164,8 +164,23 @@ def _front_cover(st, i: int) -> np.ndarray:
             zk = _median_depth(bank, cam, k)
             if zk is None or zk >= zi:
                 continue
-        cover |= st.obs[j].mask
+        cover |= _own_extent(st, k, st.obs[j])
     return cover
+
+
+def _own_extent(st, k: int, o) -> np.ndarray:
+    """The part of instance k's matched mask that can stand in front of something.
+
+    A propagated mask of a static instance can spill into a neighbour's place when the neighbour is
+    gone (its labels win the hole, and labels are coarse at a feature cell's size); a static object
+    does not move, so only the part at its own projected place counts.
+    """
+    from worldeval.opis.backends.base import ROUTE_PROPAGATED
+
+    pr = st.projs[k] if k < len(st.projs) else None
+    if o.route != ROUTE_PROPAGATED or st.bank.tracks[k] != "static" or pr is None or pr.mask is None:
+        return o.mask
+    return o.mask & pr.mask
 
 
 def resolve_occlusion(st, config) -> None:

@@ -150,21 +150,26 @@ def _last_seen(labels: np.ndarray, k: int, min_cells: float = 0.5, edge_band: fl
 def propagate_rollout(ref: PropagationReference, frames: dict[int, np.ndarray], grid: list[int], sampled: list[int],
                       features, config) -> dict[int, PropagatedFrame]:
     """Propagate I0's labels over `grid` (frames: index -> RGB); the sampled frames' results."""
+    return dict(iter_propagation(ref, frames, grid, sampled, features, config))
+
+
+def iter_propagation(ref: PropagationReference, frames: dict[int, np.ndarray], grid: list[int], sampled: list[int],
+                     features, config):
+    """(index, PropagatedFrame) of each sampled frame, in order, as soon as propagation reaches it."""
     prop = LabelPropagator(ref, topk=config.propagation_topk, temperature=config.propagation_temperature,
                            memory=config.propagation_memory, radius=config.propagation_radius)
     want = set(sampled)
     last: list[tuple | None] = [None] * ref.n
-    out: dict[int, PropagatedFrame] = {}
     for t in grid:
         f = np.asarray(features.dense(frames[t]), np.float32)
         lab = prop.step(f)
-        if t in want:
-            out[t] = PropagatedFrame(index=t, labels=lab, features=f, last_seen=list(last), reference=ref)
+        seen_before = list(last)
         for k in range(ref.n):
             seen = _last_seen(lab, k)
             if seen is not None:
                 last[k] = seen
-    return out
+        if t in want:
+            yield t, PropagatedFrame(index=t, labels=lab, features=f, last_seen=seen_before, reference=ref)
 
 
 def object_share(ref: PropagationReference, feats: np.ndarray, cells: np.ndarray, k: int) -> float:
