@@ -268,19 +268,23 @@ def evaluate_rollout(
         "subcategory": case.spec.subcategory,
         "n_reference": len(case.instances),
     }
-    df = _rows_frame(rows, common)
-    frames = {
+    frames = _rollout_record(model, case, video, info, sampled.frames[0].shape, frame_records)
+    return RolloutResult(rows=_rows_frame(rows, common), frames=frames, timings=dict(timer.t), masks=masks)
+
+
+def _rollout_record(model: str, case: Case, video: Path, info, shape, frame_records: list[dict]) -> dict:
+    """The per-frame record of one rollout (`frames/<model>/<case>.json`)."""
+    return {
         "model": model,
         "case_id": case.id,
         "video": str(video.resolve()),
         "case_dir": str(Path(case.root).resolve()),
         "fps": float(info.fps),
         "num_frames": int(info.num_frames),
-        "width": int(sampled.frames[0].shape[1]),
-        "height": int(sampled.frames[0].shape[0]),
+        "width": int(shape[1]),
+        "height": int(shape[0]),
         "frames": frame_records,
     }
-    return RolloutResult(rows=df, frames=frames, timings=dict(timer.t), masks=masks)
 
 
 def _rows_frame(rows: list[dict], common: dict) -> pd.DataFrame:

@@ -205,7 +205,7 @@ def build_hf_backend(
     import torch
     import transformers
 
-    from worldeval.opis.backends.hf_embed import DinoEmbedder
+    from worldeval.opis.backends.hf_embed import DinoDenseFeatures, DinoEmbedder
     from worldeval.opis.backends.hf_geometry import HFDepthEstimator, HFMatcher
     from worldeval.opis.backends.hf_pose import VitPoseEstimator
     unknown = sorted(set(options) - set(OPTION_TYPES))
@@ -227,14 +227,10 @@ def build_hf_backend(
 
     segmenter = _segmenter(sam3, sam2, dev, dt, lfo, options, where)
 
-    if dinov3:
-        embedder = DinoEmbedder(dinov3, dev, dt, lfo, option="dinov3", **pick(
-            "embed_size", "pooling", "color_weight", "embed_batch", "context"))  # fmt: skip
-    elif dinov2:
-        embedder = DinoEmbedder(dinov2, dev, dt, lfo, option="dinov2", **pick(
-            "embed_size", "pooling", "color_weight", "embed_batch", "context"))  # fmt: skip
-    else:
+    if not (dinov3 or dinov2):
         raise HFBackendError("dinov3", None, "the hf backend needs an embedder: give dinov3 (or dinov2)" + where)
+    embedder = DinoEmbedder(dinov3 or dinov2, dev, dt, lfo, option="dinov3" if dinov3 else "dinov2", **pick(
+        "embed_size", "pooling", "color_weight", "embed_batch", "context"))  # fmt: skip
 
     if not matcher:
         raise HFBackendError("matcher", None, "the hf backend needs a LightGlue or EfficientLoFTR model folder" + where)
@@ -250,8 +246,6 @@ def build_hf_backend(
     for piece in (segmenter, embedder, match, depth_est, pose):
         if piece is not None:
             versions.update(piece.versions)
-    from worldeval.opis.backends.hf_embed import DinoDenseFeatures
-
     features = DinoDenseFeatures(embedder, side=options.get("features_side", 640))
     versions.update(features.versions)
     return Backend(
