@@ -72,7 +72,7 @@ def _state(cover_cols: tuple[int, int] | None, cover_track: str = "dynamic", dep
     if cover_cols is not None:
         m = np.zeros((H, W), bool)
         m[40:100, cover_cols[0]:cover_cols[1]] = True
-        obs.append(SimpleNamespace(mask=m))
+        obs.append(SimpleNamespace(mask=m, route="template"))
     match = [None, 0 if obs else None]
     return SimpleNamespace(bank=bank, cam=cam, projs=[proj, None], obs=obs, shape=(H, W), n=2,
                            assoc=SimpleNamespace(match=match), visibility=[P.EXPECTED, P.EXPECTED])  # fmt: skip

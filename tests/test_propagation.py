@@ -224,3 +224,18 @@ def test_fused_network_gives_extract_features():
         got = fused_trunk(len(model._blocks) - 1, head=True)(x)
     assert got.shape == ref.shape == (2, 1280, 4, 4)
     assert float((got - ref).abs().max()) < 1e-4 * max(1.0, float(ref.abs().max()))
+
+
+def test_a_propagated_mask_unlike_its_instance_is_closed_off():
+    """The descriptor cosine gate: 0.6 stays open, 0.05 (what replaced a removed object) closes; other
+    routes are not touched."""
+    from types import SimpleNamespace
+
+    from worldeval.opis.perception.identity import propagation_gates
+
+    ref = np.array([[1.0, 0.0]])
+    o = lambda c, route: SimpleNamespace(route=route, embedding=np.array([c, math.sqrt(1 - c * c)]))  # noqa: E731
+    st = SimpleNamespace(bank=SimpleNamespace(embeddings=ref), obs=[o(0.6, "propagated"), o(0.05, "propagated"), o(0.05, "template")])
+    gates = np.ones((1, 3), bool)
+    propagation_gates(st, gates, EvalConfig())
+    assert gates.tolist() == [[True, False, True]]

@@ -50,5 +50,8 @@ class EvalConfig(BaseModel):
     # verification of a propagated mask (a removed object's mask can survive on what replaced it)
     propagation_min_mass: float = 0.2  # label mass over I0's
     propagation_min_object_share: float = 0.5  # cells closer to I0's object than to I0's background
+    # descriptor cosine a propagated mask needs to be matched (tuning: the inpainted-away rider
+    # -0.05-0.04, the apple propagated into the bmx video 0.10-0.11; the rider 0.31-0.63, hue-turned 0.15-0.45)
+    propagation_min_similarity: float = 0.15
     propagation_same_place: float = 0.5  # box IoU at which a search find of the same instance is the propagated one again
     seed: int = 0

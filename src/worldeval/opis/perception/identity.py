@@ -125,10 +125,23 @@ def moving_gates(st, gates: np.ndarray, config) -> None:
                 gates[i, j] &= cosine(ref, o.embedding) >= config.moving_min_similarity
 
 
+def propagation_gates(st, gates: np.ndarray, config) -> None:
+    """Close the gate of a propagated mask whose descriptor does not resemble its instance at all
+    (cosine below `propagation_min_similarity`): a removed object's mask can survive on what was
+    painted in its place, with features that still sit nearer I0's object than its background."""
+    if st.bank.embeddings is None:
+        return
+    for j, o in enumerate(st.obs):
+        if o.route == ROUTE_PROPAGATED and o.embedding is not None:
+            for i, ref in enumerate(st.bank.embeddings):
+                gates[i, j] &= cosine(ref, o.embedding) >= config.propagation_min_similarity
+
+
 def associate_observations(st, matcher, config) -> None:
     bank, obs, n = st.bank, st.obs, st.n
     gates = geometric_gates(st, config)
     moving_gates(st, gates, config)
+    propagation_gates(st, gates, config)
     prov = provenance(st)
     structure = structure_evidence(st, config) if obs else None
     require_keypoint_support(st, gates, matcher, config, structure)
