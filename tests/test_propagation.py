@@ -239,3 +239,27 @@ def test_a_propagated_mask_unlike_its_instance_is_closed_off():
     gates = np.ones((1, 3), bool)
     propagation_gates(st, gates, EvalConfig())
     assert gates.tolist() == [[True, False, True]]
+
+
+def test_eval_command_takes_the_propagation_settings_into_the_manifest(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from worldeval.cli import app
+    from worldeval.media import write_video
+    from worldeval.opis.case import write_case
+
+    frames, masks = _sliding_clip(n=34)
+    spec = {"id": "disc", "domain": "synthetic", "subcategory": "floor", "image": "input.png",
+            "instances": [{"id": "disc", "category": "disc", "kinematics": "rigid", "track": "dynamic"}]}
+    write_case(tmp_path / "ds" / "disc", spec, frames[0], {"disc": masks[0]})
+    write_video(tmp_path / "ro" / "disc.mp4", frames, 24)
+    r = CliRunner().invoke(app, ["opis", "eval", "--dataset", str(tmp_path / "ds"), "--rollouts", str(tmp_path / "ro"), "--model", "m",
+                                 "--out", str(tmp_path / "run"), "--workers", "0", "--quiet", "--propagation-stride", "4"])
+    assert r.exit_code == 0, r.output
+    cfg = json.loads((tmp_path / "run" / "manifest.json").read_text())["config"]["eval"]
+    assert cfg["propagation"] is True and cfg["propagation_stride"] == 4
+    rec = json.loads((tmp_path / "run" / "frames" / "m" / "disc.json").read_text())
+    obj = rec["frames"][0]["objects"][0]
+    assert obj["status"] == "matched" and obj["route"] == "propagated"

@@ -33,6 +33,8 @@ def register(app: typer.Typer) -> None:
         address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (with --executor ray)."),
         backend_option: List[str] = typer.Option([], "--backend-option", help="Backend option KEY=VALUE (repeatable), e.g. sam3=/models/sam3."),
         max_side: Optional[int] = typer.Option(None, "--max-side", help="Decode frames at most this large."),
+        propagation_stride: int = typer.Option(8, "--propagation-stride", help="Propagate I0's masks every k-th video frame (4: the protocol's, slower; docs/validation.md)."),
+        no_propagation: bool = typer.Option(False, "--no-propagation", help="Turn the propagation stage off (the search alone)."),
         batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Frames per segmenter/embedder batch (hf: the backend option batch_size)."),
         base_url: Optional[str] = typer.Option(None, "--base-url", help="Judge endpoint for structural claims (OpenAI-compatible)."),
         judge_model: Optional[str] = typer.Option(None, "--judge-model", help="Judge model for structural claims."),
@@ -67,7 +69,7 @@ def register(app: typer.Typer) -> None:
         try:
             summary = run_eval(
                 dataset, rollouts, model, out, backend=backend, device=device, workers=workers, executor=executor,
-                address=address, force=force, judge=judge, config=EvalConfig(max_side=max_side),
+                address=address, force=force, judge=judge, config=EvalConfig(max_side=max_side, propagation=not no_propagation, propagation_stride=propagation_stride),
                 backend_options={**_parse_options(backend_option), **({"batch_size": batch_size} if batch_size else {})}, progress=None if quiet else True,
             )
         except (ResumeError, CaseError) as exc:
