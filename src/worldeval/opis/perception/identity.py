@@ -113,28 +113,28 @@ def propagation_matrix(st) -> np.ndarray | None:
     return q
 
 
+def _likeness_gates(st, gates: np.ndarray, route: str, floor: float) -> None:
+    """Close the gate of every observation of `route` whose descriptor cosine with an instance is below `floor`."""
+    if st.bank.embeddings is None:
+        return
+    for j, o in enumerate(st.obs):
+        if o.route == route and o.embedding is not None:
+            for i, ref in enumerate(st.bank.embeddings):
+                gates[i, j] &= cosine(ref, o.embedding) >= floor
+
+
 def moving_gates(st, gates: np.ndarray, config) -> None:
     """Close the gate of a find framed at a moving part (route `moving`) that does not look like the
     instance (descriptor cosine below `moving_min_similarity`): parallax moves parts of a static
     scene too, and a template framed there can show a passable grey-level structure."""
-    if st.bank.embeddings is None:
-        return
-    for j, o in enumerate(st.obs):
-        if o.route == ROUTE_MOVING and o.embedding is not None:
-            for i, ref in enumerate(st.bank.embeddings):
-                gates[i, j] &= cosine(ref, o.embedding) >= config.moving_min_similarity
+    _likeness_gates(st, gates, ROUTE_MOVING, config.moving_min_similarity)
 
 
 def propagation_gates(st, gates: np.ndarray, config) -> None:
     """Close the gate of a propagated mask whose descriptor does not resemble its instance at all
     (cosine below `propagation_min_similarity`): a removed object's mask can survive on what was
     painted in its place, with features that still sit nearer I0's object than its background."""
-    if st.bank.embeddings is None:
-        return
-    for j, o in enumerate(st.obs):
-        if o.route == ROUTE_PROPAGATED and o.embedding is not None:
-            for i, ref in enumerate(st.bank.embeddings):
-                gates[i, j] &= cosine(ref, o.embedding) >= config.propagation_min_similarity
+    _likeness_gates(st, gates, ROUTE_PROPAGATED, config.propagation_min_similarity)
 
 
 def associate_observations(st, matcher, config) -> None:
