@@ -55,8 +55,25 @@ def _tolerance(where: str) -> float:
 ADDED: set[str] = set()
 
 
+# A matched propagated mask is float32 labels thresholded at 0.5: a pixel within float32 noise of
+# 0.5 can land on the other side on another CPU. Masks (COCO RLE in the record) therefore compare
+# by the pixels they differ in: at most 0.1% of their union.
+MASK_PIXEL_SHARE = 1e-3
+
+
+def _masks_close(a: dict, b: dict, where: str) -> None:
+    from worldeval.opis.case import decode_rle
+
+    ma, mb = decode_rle(a).astype(bool), decode_rle(b).astype(bool)
+    assert ma.shape == mb.shape, f"{where}: mask size {mb.shape} != frozen {ma.shape}"
+    differ, union = int((ma ^ mb).sum()), int((ma | mb).sum())
+    assert differ <= MASK_PIXEL_SHARE * max(union, 1), f"{where}: {differ} of {union} mask pixels differ from the frozen mask"
+
+
 def _close(a, b, where: str) -> None:
-    if isinstance(a, dict):
+    if isinstance(a, dict) and where.endswith(".mask") and "counts" in a:
+        _masks_close(a, b, where)
+    elif isinstance(a, dict):
         assert isinstance(b, dict) and sorted(a) == sorted(set(b) - ADDED), f"{where}: keys {sorted(b)} != {sorted(a)}"
         for k in a:
             _close(a[k], b[k], f"{where}.{k}")
@@ -134,3 +151,19 @@ def test_tolerances_accept_float32_noise_and_nothing_else():
         _close({"frames": [{"objects": [{"box": [1.0, 2.0, 3.0, 4.0]}]}]}, {"frames": [{"objects": [{"box": [1.0, 2.0, 3.0, 4.01]}]}]}, "x")
     with pytest.raises(AssertionError, match="no declared tolerance"):
         _close({"rows": [{"novel": 0.5}]}, {"rows": [{"novel": 0.5}]}, "x")
+
+
+def test_masks_compare_by_the_pixels_they_differ_in():
+    import numpy as np
+
+    from worldeval.opis.case import encode_rle
+
+    m = np.zeros((100, 100), bool)
+    m[10:60, 10:60] = True  # 2500 pixels
+    one = m.copy()
+    one[60, 30] = True  # one pixel more: 0.04% of the union
+    ten = m.copy()
+    ten[60, 20:30] = True  # ten more: 0.4%
+    _close({"mask": encode_rle(m)}, {"mask": encode_rle(one)}, "x.mask")
+    with pytest.raises(AssertionError, match="mask pixels differ"):
+        _close({"mask": encode_rle(m)}, {"mask": encode_rle(ten)}, "x.mask")

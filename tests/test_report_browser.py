@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -43,8 +44,16 @@ def report_file(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def browser(request):
-    browser_bin, driver_bin = _chromium()  # skip before spending time on the report
+    _chromium()  # skip before spending time on the report
     report_file = request.getfixturevalue("report_file")
+    with offline_page(report_file) as driver:
+        yield driver
+
+
+@contextmanager
+def offline_page(html: Path, window: str = "1400,1000"):
+    """Headless Chromium opened on `html` with the network off (the report must work from the file alone)."""
+    browser_bin, driver_bin = _chromium()
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -53,7 +62,7 @@ def browser(request):
     opts.binary_location = browser_bin
     for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
-                 f"--user-data-dir={profile}", "--window-size=1400,1000",
+                 f"--user-data-dir={profile}", f"--window-size={window}",
                  # Any request that tries to leave the machine goes to a dead proxy and fails.
                  "--proxy-server=http://127.0.0.1:9", "--proxy-bypass-list=<-loopback>"):
         opts.add_argument(flag)
@@ -62,7 +71,7 @@ def browser(request):
         driver.execute_cdp_cmd("Network.enable", {})
         driver.execute_cdp_cmd("Network.emulateNetworkConditions", {
             "offline": True, "latency": 0, "downloadThroughput": 0, "uploadThroughput": 0})
-        driver.get(report_file.resolve().as_uri())
+        driver.get(Path(html).resolve().as_uri())
         driver.execute_script("return document.readyState")
         yield driver
     finally:

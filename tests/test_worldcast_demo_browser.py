@@ -6,36 +6,21 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from test_report_browser import _chromium
+from test_report_browser import _chromium, offline_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
-    browser_bin, driver_bin = _chromium()
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
+    _chromium()  # skip before running the demo
     from worldeval.cli import app
 
     out = tmp_path_factory.mktemp("wcdemo")
     res = CliRunner().invoke(app, ["worldcast", "demo", "--out", str(out), "--bootstrap", "200", "-q"])
     assert res.exit_code == 0, res.output
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = browser_bin
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-dev-shm-usage",
-                 f"--user-data-dir={out / 'profile'}", "--proxy-server=http://127.0.0.1:9"):
-        opts.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(executable_path=driver_bin), options=opts)
-    try:
-        driver.execute_cdp_cmd("Network.enable", {})
-        driver.execute_cdp_cmd("Network.emulateNetworkConditions", {
-            "offline": True, "latency": 0, "downloadThroughput": 0, "uploadThroughput": 0})
-        driver.get((out / "report.html").resolve().as_uri())
+    with offline_page(out / "report.html") as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 def test_demo_report_in_a_browser(page):

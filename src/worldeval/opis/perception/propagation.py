@@ -75,13 +75,13 @@ def build_propagation_reference(image: np.ndarray, masks: list[np.ndarray], feat
     return PropagationReference(features=f0, labels=lab, mass=lab[1:].reshape(len(masks), -1).mean(1))
 
 
-def _near(h: int, w: int, radius: int):
-    """hw x hw bool: the two cells lie within `radius` cells of each other (Chebyshev)."""
+def _far(h: int, w: int, radius: int):
+    """hw x hw bool: the two cells lie more than `radius` cells apart (Chebyshev), out of a local frame's reach."""
     import torch
 
     ys, xs = np.divmod(np.arange(h * w), w)
-    near = (np.abs(ys[:, None] - ys[None]) <= radius) & (np.abs(xs[:, None] - xs[None]) <= radius)
-    return torch.from_numpy(near)
+    far = (np.abs(ys[:, None] - ys[None]) > radius) | (np.abs(xs[:, None] - xs[None]) > radius)
+    return torch.from_numpy(far)
 
 
 class LabelPropagator:
@@ -94,7 +94,7 @@ class LabelPropagator:
         self.ref_l = torch.from_numpy(ref.labels.reshape(ref.labels.shape[0], -1).T.copy())
         self.topk, self.temperature, self.radius = int(topk), float(temperature), int(radius)
         self.recent: deque = deque(maxlen=max(0, int(memory)))
-        self._near_cache: dict = {}
+        self._far_cache: dict = {}
 
     def step(self, features: np.ndarray) -> np.ndarray:
         """(K + 1) x h x w labels of a frame from its h x w x C features."""
@@ -104,13 +104,13 @@ class LabelPropagator:
         tgt = torch.from_numpy(np.ascontiguousarray(features.reshape(-1, c), dtype=np.float32))
         affs, labs = [tgt @ self.ref_f.T], [self.ref_l]
         if self.recent:
-            near = self._near_cache.get((h, w))
-            if near is None:
-                near = self._near_cache[(h, w)] = _near(h, w, self.radius)
+            far = self._far_cache.get((h, w))
+            if far is None:
+                far = self._far_cache[(h, w)] = _far(h, w, self.radius)
             for f, lab in self.recent:
                 if f.shape[0] != tgt.shape[0]:
                     continue  # a frame of another size (cannot happen within one video)
-                affs.append((tgt @ f.T).masked_fill_(~near, float("-inf")))
+                affs.append((tgt @ f.T).masked_fill_(far, float("-inf")))
                 labs.append(lab)
         aff, lab = torch.cat(affs, 1), torch.cat(labs, 0)
         vals, idx = aff.topk(min(self.topk, aff.shape[1]), dim=1)
