@@ -109,6 +109,85 @@ def test_object_share_counts_cells_nearer_the_object_than_the_background():
     assert PR.object_share(ref, feats, cells, 0) == pytest.approx(2 / 3)
 
 
+def test_surround_is_a_ring_one_cell_away_on_current_background():
+    cells = np.zeros((7, 7), bool)
+    cells[3, 3] = True
+    bg = np.ones((7, 7), bool)
+    bg[0, 0] = False  # another instance's cell: not background
+    ring = PR.surround(cells, bg)
+    expect = np.zeros((7, 7), bool)
+    expect[0:7, 0:7] = True
+    expect[2:5, 2:5] = False  # the mask and its one-cell gap
+    expect[0, 0] = False
+    assert (ring == expect).all()
+
+
+def test_object_share_counts_the_frames_own_surround_as_background():
+    # I0: object cells (1,0,0,0); background cells (0,0,0,1). The frame's mask cell looks like
+    # (0.6, 0.8, 0, 0): nearer I0's object (0.6) than I0's background (0); its own surround has
+    # (0, 1, 0, 0), cosine 0.8 with it, so with the frame's labels it counts as background-like.
+    ref_f = np.zeros((1, 2, 4), np.float32)
+    ref_f[0, 0, 0] = 1
+    ref_f[0, 1, 3] = 1
+    lab0 = np.zeros((2, 1, 2), np.float32)
+    lab0[1, 0, 0] = 1
+    lab0[0, 0, 1] = 1
+    ref = PR.PropagationReference(ref_f, lab0, np.array([0.5]))
+    feats = np.zeros((5, 5, 4), np.float32)
+    feats[..., 1] = 1
+    feats[2, 2] = (0.6, 0.8, 0, 0)
+    cells = np.zeros((5, 5), bool)
+    cells[2, 2] = True
+    labels = np.zeros((2, 5, 5), np.float32)
+    labels[0] = 1
+    labels[0, 2, 2], labels[1, 2, 2] = 0, 1
+    assert PR.object_share(ref, feats, cells, 0) == 1.0
+    assert PR.object_share(ref, feats, cells, 0, labels) == 0.0
+    feats[2, 2] = (0.9, 0.1, 0, 0)  # a real object unlike its surround keeps its share
+    assert PR.object_share(ref, feats, cells, 0, labels) == 1.0
+
+
+def test_part_match_is_the_mean_best_cosine_to_the_objects_cells():
+    ref_f = np.zeros((1, 3, 3), np.float32)
+    ref_f[0, 0, 0] = 1  # object part A
+    ref_f[0, 1, 1] = 1  # object part B
+    ref_f[0, 2, 2] = 1  # background
+    lab0 = np.zeros((2, 1, 3), np.float32)
+    lab0[1, 0, :2] = 1
+    lab0[0, 0, 2] = 1
+    ref = PR.PropagationReference(ref_f, lab0, np.array([2 / 3]))
+    feats = np.zeros((2, 2, 3), np.float32)
+    feats[0, 0] = (0, 1, 0)  # part B seen again: 1
+    feats[0, 1] = (0.6, 0, 0.8)  # half like part A: 0.6
+    feats[1, :] = (0, 0, 1)
+    pf = PR.PropagatedFrame(index=1, labels=np.zeros((2, 2, 2), np.float32), features=feats, reference=ref)
+    mask = np.zeros((20, 20), bool)
+    mask[:10, :] = True  # the top row of cells at frame resolution
+    assert PR.part_match(pf, mask, 0) == pytest.approx(0.8)
+    tiny = np.zeros((20, 20), bool)
+    tiny[12, 3] = True  # under one cell: the cell it covers most
+    assert PR.part_match(pf, tiny, 0) == pytest.approx(0.0)
+    assert PR.part_match(pf, np.zeros((20, 20), bool), 0) is None
+
+
+def test_classical_appearance_takes_the_better_shape_cue_then_the_colour_floor():
+    from worldeval.opis.perception.embedding import _CNN_DIM, EfficientNetColourEmbedder, calibrated
+
+    emb = EfficientNetColourEmbedder()
+    ref = np.zeros(_CNN_DIM + 256, np.float32)
+    obs = np.zeros_like(ref)
+    ref[0], obs[0], obs[1] = 1, 0.2, np.sqrt(1 - 0.04)  # CNN cosine 0.2
+    ref[_CNN_DIM], obs[_CNN_DIM] = 1, 1  # same colour: coefficient 1
+    lo, hi = emb.cnn_calibration
+    assert emb.appearance(ref, obs) == pytest.approx((0.2 - lo) / (hi - lo), abs=1e-6)
+    plo, phi = emb.parts_calibration
+    assert emb.appearance(ref, obs, parts=0.55) == pytest.approx((0.55 - plo) / (phi - plo), abs=1e-6)
+    assert emb.appearance(ref, obs, parts=0.1) == pytest.approx(calibrated(0.2, lo, hi), abs=1e-6)
+    obs[_CNN_DIM], obs[_CNN_DIM + 1] = 0.5, np.sqrt(0.75)  # colour coefficient 0.5
+    clo, chi = emb.colour_calibration
+    assert emb.appearance(ref, obs, parts=0.6) == pytest.approx((0.5 - clo) / (chi - clo), abs=1e-6)
+
+
 def test_verification_needs_mass_and_object_share():
     cfg = EvalConfig()
     ok = PropagationEvidence(mass=0.8, confidence=0.7, object_share=0.9)
@@ -263,3 +342,18 @@ def test_eval_command_takes_the_propagation_settings_into_the_manifest(tmp_path)
     rec = json.loads((tmp_path / "run" / "frames" / "m" / "disc.json").read_text())
     obj = rec["frames"][0]["objects"][0]
     assert obj["status"] == "matched" and obj["route"] == "propagated"
+
+
+def test_a_find_on_a_part_of_the_propagated_object_is_the_same_place():
+    from worldeval.opis.backends.base import Observation
+    from worldeval.opis.perception.frame import _same_place
+
+    def obs(y0, y1, x0, x1):
+        m = np.zeros((40, 40), bool)
+        m[y0:y1, x0:x1] = True
+        return Observation(mask=m, box=(x0, y0, x1 - x0, y1 - y0), category="x", score=1.0)
+
+    whole = obs(0, 40, 0, 40)
+    assert _same_place(obs(5, 15, 5, 15), whole, 0.5)  # box IoU 1/16, but all of it inside
+    assert not _same_place(obs(5, 15, 5, 15), obs(0, 20, 20, 40), 0.5)  # beside it
+    assert _same_place(obs(0, 10, 10, 30), obs(0, 20, 20, 40), 0.5)  # half of it inside

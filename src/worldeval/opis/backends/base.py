@@ -140,7 +140,9 @@ class AppearanceEmbedder(Embedder, Protocol):
     def appearance(self, ref: np.ndarray, obs: np.ndarray) -> float:
         """a_it (paper eq. 3) of a matched pair from their two descriptors, where it is not their cosine.
 
-        The cosine still serves association; identity asks this instead (perception/identity.py)."""
+        The cosine still serves association; identity asks this instead (perception/identity.py). An
+        embedder whose class sets `appearance_parts = True` also takes `parts=`, the dense part match of
+        the observation against I0's object (`propagation.part_match`), when the frame has one."""
         ...
 
 

@@ -39,6 +39,11 @@ CNN_WEIGHT = 0.7
 # one <= 0.47, so [0.385, 1] sends their midpoint 0.6 to tau_I.
 CNN_CALIBRATION = (0.06, 0.60)
 COLOUR_CALIBRATION = (0.385, 1.0)
+# The dense part match (`propagation.part_match`: mean best cosine of the object's block-10 cells to
+# I0's object cells), fitted on the same tuning part: the unchanged rider and bike keep 0.43-0.60,
+# cells of other objects (the tuning photos' instances) reach a median of 0.26-0.33, so [0.24, 0.60]
+# sends their midpoint 0.365 to tau_I and saturates where the unchanged object peaks.
+PARTS_CALIBRATION = (0.24, 0.60)
 _LAB_BINS = (4, 8, 8)  # L, a, b
 
 _MODEL = None
@@ -141,14 +146,19 @@ class EfficientNetColourEmbedder:
 
     name = "efficientnet-lite0+lab"
 
+    appearance_parts = True  # identity may pass the dense part match (`appearance(..., parts=)`)
+
     def __init__(self, cnn_weight: float = CNN_WEIGHT, threads: int | None = 1,
-                 cnn_calibration: tuple[float, float] = CNN_CALIBRATION, colour_calibration: tuple[float, float] = COLOUR_CALIBRATION):
+                 cnn_calibration: tuple[float, float] = CNN_CALIBRATION, colour_calibration: tuple[float, float] = COLOUR_CALIBRATION,
+                 parts_calibration: tuple[float, float] = PARTS_CALIBRATION):
         self.cnn_weight = float(cnn_weight)
         self.cnn_calibration = tuple(float(v) for v in cnn_calibration)
         self.colour_calibration = tuple(float(v) for v in colour_calibration)
+        self.parts_calibration = tuple(float(v) for v in parts_calibration)
         self.versions = {"embedder": f"efficientnet-lite0 (ImageNet) + Lab histogram[cnn_weight={self.cnn_weight:g}]",
-                         "appearance": ("min of the calibrated CNN cosine [{:g}, {:g}] and colour Bhattacharyya coefficient "
-                                        "[{:g}, {:g}]").format(*self.cnn_calibration, *self.colour_calibration)}
+                         "appearance": ("min of max(calibrated CNN cosine [{:g}, {:g}], calibrated dense part match [{:g}, {:g}]) "
+                                        "and calibrated colour Bhattacharyya coefficient [{:g}, {:g}]").format(
+                             *self.cnn_calibration, *self.parts_calibration, *self.colour_calibration)}
         # One math thread: batches here are small, and OpenMP's spinning workers collapse
         # (10x slower measured) as soon as the cores are shared with other processes.
         self.threads = threads
@@ -186,20 +196,24 @@ class EfficientNetColourEmbedder:
         return out.astype(np.float32)
 
 
-    def appearance(self, ref: np.ndarray, obs: np.ndarray) -> float:
-        """Identity's a_it of two descriptors: min(c(CNN cosine), b(colour Bhattacharyya coefficient)).
+    def appearance(self, ref: np.ndarray, obs: np.ndarray, parts: float | None = None) -> float:
+        """Identity's a_it of two descriptors: min(shape, colour), each part calibrated (`calibrated`).
 
-        Each part goes through its calibration (`calibrated`, fitted on the tuning part of the shared
-        data) before the minimum, so either part failing fails identity. The colour part is a unit
-        square-root histogram, so its cosine is the Bhattacharyya coefficient; a side with no pixels
-        (all-zero colour part) leaves the calibrated CNN part alone.
+        Shape is the calibrated CNN cosine of the two crops or, where the frame's dense features give
+        `parts` (`propagation.part_match`), the larger of that and the calibrated part match: one pooled
+        crop descriptor changes with the view of a turning object, the part match does not, and either
+        showing the same object is enough. Colour is the calibrated Bhattacharyya coefficient of the Lab
+        histograms (unit square-root histograms, so their cosine). The minimum makes either a changed
+        shape or a changed colour fail identity. A side with no pixels (all-zero colour part) leaves shape alone.
         """
         cnn = _part_cosine(ref[:_CNN_DIM], obs[:_CNN_DIM])
         if cnn is None:
             return 0.0
-        c = calibrated(cnn, *self.cnn_calibration)
+        shape = calibrated(cnn, *self.cnn_calibration)
+        if parts is not None:
+            shape = max(shape, calibrated(parts, *self.parts_calibration))
         colour = _part_cosine(ref[_CNN_DIM:], obs[_CNN_DIM:])
-        return c if colour is None else min(c, calibrated(colour, *self.colour_calibration))
+        return shape if colour is None else min(shape, calibrated(colour, *self.colour_calibration))
 
 
 def calibrated(x: float, lo: float, hi: float) -> float:

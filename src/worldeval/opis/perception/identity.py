@@ -169,11 +169,21 @@ def weak_static_tie(st, i: int, config) -> bool:
     return bool(best < config.weak_tie_affinity)
 
 
+def _parts(st, embedder, i: int, j: int) -> dict:
+    """The dense part match of instance i's matched observation j, for an embedder that takes one."""
+    if not getattr(embedder, "appearance_parts", False) or getattr(st, "propagated", None) is None:
+        return {}
+    from worldeval.opis.perception.propagation import part_match
+
+    return {"parts": part_match(st.propagated, st.obs[j].mask, i)}
+
+
 def identify(st, config, embedder=None) -> None:
     """Ambiguity, visibility and appearance per instance from the association.
 
     Appearance is the embedder's own `appearance` of the matched pair where it declares one
-    (`AppearanceEmbedder`), else the descriptors' cosine that association used.
+    (`AppearanceEmbedder`; with the frame's dense part match when it sets `appearance_parts` and the
+    propagation stage ran), else the descriptors' cosine that association used.
     """
     assoc, bank = st.assoc, st.bank
     own = embedder.appearance if isinstance(embedder, AppearanceEmbedder) and bank.embeddings is not None else None
@@ -184,7 +194,10 @@ def identify(st, config, embedder=None) -> None:
         if j is not None:
             st.visibility.append(P.EXPECTED)
             e = st.obs[j].embedding
-            a = own(bank.embeddings[i], e) if own is not None and e is not None else float(assoc.similarity[i, j])
+            if own is not None and e is not None:
+                a = own(bank.embeddings[i], e, **_parts(st, embedder, i, j))
+            else:
+                a = float(assoc.similarity[i, j])
             st.appearance.append(max(0.0, float(a)))
         elif st.ambiguous[i]:
             st.visibility.append(P.UNKNOWN)

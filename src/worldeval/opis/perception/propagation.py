@@ -172,23 +172,70 @@ def iter_propagation(ref: PropagationReference, frames: dict[int, np.ndarray], g
             yield t, PropagatedFrame(index=t, labels=lab, features=f, last_seen=seen_before, reference=ref)
 
 
-def object_share(ref: PropagationReference, feats: np.ndarray, cells: np.ndarray, k: int) -> float:
-    """Share of the cells (bool h x w) whose features are closer to I0's instance k than to I0's background.
+def surround(cells: np.ndarray, background: np.ndarray, gap: int = 1, width: int = 2) -> np.ndarray:
+    """Cells of a ring around `cells` (bool h x w): `gap` cells away, `width` cells wide, labelled background now.
 
-    Each side's closeness is the best cosine over its I0 cells (label above 0.5). A removed object's
-    propagated mask that survives on the background behind it is closer to I0's background.
+    The gap keeps out the cells that straddle the mask's edge and so mix object and surround."""
+    import cv2
+
+    def grown(r: int) -> np.ndarray:
+        k = cv2.getStructuringElement(cv2.MORPH_RECT, (2 * r + 1, 2 * r + 1))
+        return cv2.dilate(cells.astype(np.uint8), k) > 0
+
+    return grown(gap + width) & ~grown(gap) & background
+
+
+def object_share(ref: PropagationReference, feats: np.ndarray, cells: np.ndarray, k: int,
+                 labels: np.ndarray | None = None) -> float:
+    """Share of the cells (bool h x w) whose features are closer to I0's instance k than to any background.
+
+    Each side's closeness is the best cosine over its cells. The object side is I0's instance k (label
+    above 0.5); the background side is I0's background and, given this frame's `labels`, the frame's
+    own surround of the mask (`surround`). I0's background alone misses a removed object whose place was
+    filled with a continuation of what lies around it (inpainting, or a model painting the place over):
+    that filling resembles its surround in this frame more than any part of I0's object, while a real
+    object differs from its surround, or it could not be segmented in the first place.
     """
     f0 = ref.features.reshape(-1, ref.features.shape[-1])
     obj = ref.labels[k + 1].reshape(-1) > 0.5
     bg = ref.labels[BACKGROUND].reshape(-1) > 0.5
     if not cells.any() or not obj.any():
         return 0.0
-    if not bg.any():
+    around = feats[surround(cells, labels[BACKGROUND] > 0.5)] if labels is not None else feats[:0]
+    if not bg.any() and not len(around):
         return 1.0
     q = feats[cells]
     best_obj = (q @ f0[obj].T).max(1)
-    best_bg = (q @ f0[bg].T).max(1)
+    best_bg = np.full(len(q), -np.inf, np.float32)
+    if bg.any():
+        best_bg = (q @ f0[bg].T).max(1)
+    if len(around):
+        best_bg = np.maximum(best_bg, (q @ around.T).max(1))
     return float((best_obj > best_bg).mean())
+
+
+def part_match(pf: "PropagatedFrame", mask: np.ndarray, k: int) -> float | None:
+    """Mean over the mask's feature cells of the best cosine to I0's instance-k cells; None without cells.
+
+    A part-level likeness: every part of the object now is compared with the part of I0's object it
+    resembles most, so a turning object whose parts stay the same keeps a high value where one pooled
+    descriptor of the whole crop does not (a car seen from the front and then from the side)."""
+    import cv2
+
+    ref = pf.reference
+    if ref is None:
+        return None
+    h, w = pf.features.shape[:2]
+    cover = cv2.resize(mask.astype(np.float32), (w, h), interpolation=cv2.INTER_AREA)
+    cells = cover > 0.5
+    if not cells.any():
+        if cover.max() <= 0:
+            return None
+        cells = cover >= cover.max()  # an object smaller than a cell: the cell it covers most
+    obj = ref.labels[k + 1] > 0.5
+    if not obj.any():
+        return None
+    return float((pf.features[cells] @ ref.features[obj].T).max(1).mean())
 
 
 def propagated_observations(bank, frame: np.ndarray, pf: PropagatedFrame) -> list[Observation]:
@@ -212,7 +259,7 @@ def propagated_observations(bank, frame: np.ndarray, pf: PropagatedFrame) -> lis
         if not mask.any():
             continue
         mass = float(pf.labels[k + 1].mean()) / max(float(ref.mass[k]), 1e-9)
-        ev = PropagationEvidence(mass=mass, confidence=float(up[mask].mean()), object_share=object_share(ref, pf.features, cells, k))
+        ev = PropagationEvidence(mass=mass, confidence=float(up[mask].mean()), object_share=object_share(ref, pf.features, cells, k, pf.labels))
         out.append(Observation(mask=mask, box=mask_box(mask), category=bank.categories[k], score=ev.confidence,
                                source="propagation", route=ROUTE_PROPAGATED, found_for=[bank.ids[k]], propagation=ev))
     return out
