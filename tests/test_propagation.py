@@ -343,17 +343,3 @@ def test_eval_command_takes_the_propagation_settings_into_the_manifest(tmp_path)
     obj = rec["frames"][0]["objects"][0]
     assert obj["status"] == "matched" and obj["route"] == "propagated"
 
-
-def test_a_find_on_a_part_of_the_propagated_object_is_the_same_place():
-    from worldeval.opis.backends.base import Observation
-    from worldeval.opis.perception.frame import _same_place
-
-    def obs(y0, y1, x0, x1):
-        m = np.zeros((40, 40), bool)
-        m[y0:y1, x0:x1] = True
-        return Observation(mask=m, box=(x0, y0, x1 - x0, y1 - y0), category="x", score=1.0)
-
-    whole = obs(0, 40, 0, 40)
-    assert _same_place(obs(5, 15, 5, 15), whole, 0.5)  # box IoU 1/16, but all of it inside
-    assert not _same_place(obs(5, 15, 5, 15), obs(0, 20, 20, 40), 0.5)  # beside it
-    assert _same_place(obs(0, 10, 10, 30), obs(0, 20, 20, 40), 0.5)  # half of it inside

@@ -53,5 +53,5 @@ class EvalConfig(BaseModel):
     # descriptor cosine a propagated mask needs to be matched (tuning: the inpainted-away rider
     # -0.05-0.04, the apple propagated into the bmx video 0.10-0.11; the rider 0.31-0.63, hue-turned 0.15-0.45)
     propagation_min_similarity: float = 0.15
-    propagation_same_place: float = 0.5  # box IoU, or share of its mask inside the propagated mask, at which a search find of the same instance is the propagated one again
+    propagation_same_place: float = 0.5  # box IoU at which a search find of the same instance is the propagated one again
     seed: int = 0

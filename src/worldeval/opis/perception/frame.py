@@ -133,22 +133,12 @@ def propagate(st: FrameState, config: EvalConfig) -> None:
         st.propagation[id_index[o.found_for[0]]] = o.propagation
         if not verified(o.propagation, config):
             continue
-        # A search find of the same instance at the same place, or on a part of the propagated
-        # object, is the same object found twice; the propagated mask keeps its shape (a template
-        # keeps I0's), so it stands for both. Finds elsewhere stay and compete in association:
-        # propagation can drift onto a neighbour.
-        st.obs = [q for q in st.obs if not (q.found_for == o.found_for and _same_place(q, o, config.propagation_same_place))]
+        # A search find of the same instance at the same place is the same object found twice; the
+        # propagated mask keeps its shape (a template keeps I0's), so it stands for both. Finds
+        # elsewhere stay and compete in association: propagation can drift onto a neighbour, and a
+        # find inside the propagated mask may be a copy the mask spread over (a duplicated object).
+        st.obs = [q for q in st.obs if not (q.found_for == o.found_for and box_iou(q.box, o.box) >= config.propagation_same_place)]
         st.obs.append(o)
-
-
-def _same_place(find: Observation, propagated: Observation, share: float) -> bool:
-    """The find lies where the propagated mask is: box IoU, or the share of its mask inside the propagated one."""
-    if box_iou(find.box, propagated.box) >= share:
-        return True
-    if find.mask is None or propagated.mask is None or find.mask.shape != propagated.mask.shape:
-        return False
-    area = int(find.mask.sum())
-    return area > 0 and int((find.mask & propagated.mask).sum()) >= share * area
 
 
 def camera(st: FrameState, backend: Backend, config: EvalConfig) -> None:
