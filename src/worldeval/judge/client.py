@@ -21,7 +21,6 @@ import hashlib
 import io
 import json
 import os
-import random
 import threading
 import time
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ from worldeval.judge.parse import AnswerError, extract_json
 from worldeval.judge.transport import (
     JudgeBadReply, JudgeConnectionError, JudgeHTTPError, JudgeRequest, JudgeTimeout, Transport,
 )
+from worldeval.retry import RetryPolicy, retryable_status
 
 _MIME = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".webp": "image/webp"}
 
@@ -234,7 +234,6 @@ class JudgeUnavailable(RuntimeError):
 _PREFLIGHT_PROMPT = 'Connection check before a judging run. Reply with the JSON object {"ok": true}.'
 _PREFLIGHT_SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
                      "additionalProperties": False}
-_RETRYABLE_STATUS = (408, 409, 425, 429)
 
 
 def _add_usage(total: dict, part: dict) -> None:
@@ -264,7 +263,7 @@ class JudgeClient:
         }
         # Learned once per client: a server that rejects an option gets requests without it.
         self.options = WireOptions(config)
-        self._rng = random.Random(config.seed if config.seed is not None else 0)
+        self.retry = RetryPolicy(config.max_attempts, config.backoff_base_s, config.backoff_max_s, config.seed)
         self._preflight_lock = threading.Lock()
         self._preflight_state: str | None = None  # None: not yet; "ok"; or the failure message
         self.preflight_note: str | None = None
@@ -336,18 +335,9 @@ class JudgeClient:
         change = self.options.refused(exc.status, exc.message, sent)
         if change is not None:
             return _Retryable(f"HTTP 400 ({change}; asked again)", at_once=True)
-        if exc.status >= 500 or exc.status in _RETRYABLE_STATUS:
+        if retryable_status(exc.status):
             return _Retryable(msg, exc.retry_after)
         return _Fatal(msg)
-
-    def _backoff(self, attempt: int, retry_after: float | None) -> float:
-        base = min(self.config.backoff_max_s, self.config.backoff_base_s * (2 ** (attempt - 1)))
-        with self._totals_lock:
-            jitter = self._rng.uniform(0.5, 1.5)
-        delay = min(base * jitter, self.config.backoff_max_s)
-        if retry_after is not None:
-            delay = max(delay, min(retry_after, self.config.backoff_max_s))
-        return delay
 
     # -- preflight -------------------------------------------------------
     def preflight(self) -> None:
@@ -397,7 +387,7 @@ class JudgeClient:
                     raise JudgeUnavailable(f"{where}: the API key was refused (HTTP {exc.status}: {msg})") from None
                 if exc.status == 404:
                     raise JudgeUnavailable(f"{where}: unknown model {c.model!r} or wrong path (HTTP 404: {msg})") from None
-                if not (exc.status >= 500 or exc.status in _RETRYABLE_STATUS):
+                if not retryable_status(exc.status):
                     raise JudgeUnavailable(f"{where}: HTTP {exc.status}: {msg}") from None
                 # Busy or failing for the moment, but there: the items' own retries deal with that.
                 self.preflight_note = f"HTTP {exc.status} on the preflight request; judging went ahead"
@@ -447,7 +437,7 @@ class JudgeClient:
         raw: str | None = None
         mode, sent = None, {}
         attempts = refusals = 0
-        while attempts - refusals < max(1, self.config.max_attempts) and refusals <= 6:
+        while attempts - refusals < self.retry.attempts and refusals <= 6:
             attempts += 1
             retry_after, wait = None, True
             try:
@@ -471,8 +461,8 @@ class JudgeClient:
             except _Fatal as exc:
                 errors.append(f"attempt {attempts}: {exc}")
                 break
-            if wait and attempts - refusals < self.config.max_attempts:
-                self._sleep(self._backoff(attempts - refusals, retry_after))
+            if wait and self.retry.more(attempts - refusals):
+                self._sleep(self.retry.delay(attempts - refusals, retry_after))
         self._account(usage, failed=True)
         return JudgeAnswer(raw, None, attempts, time.monotonic() - t0, usage, errors[-1] if errors else "failed", False,
                            key, errors, mode, sent)
