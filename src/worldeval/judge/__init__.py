@@ -8,15 +8,16 @@ transport: `OpenAICompatTransport` (an OpenAI-compatible endpoint) or
 
 from worldeval.judge.breaker import CircuitBreaker, CircuitOpen, failure_kind
 from worldeval.judge.cache import JudgeCache
-from worldeval.judge.client import JudgeAnswer, JudgeClient, JudgeConfig, JudgeImage, JudgeUnavailable
+from worldeval.judge.client import JudgeAnswer, JudgeClient, JudgeConfig
+from worldeval.judge.image import JudgeImage
 from worldeval.judge.options import parse_judge_options, parse_temperature
 from worldeval.judge.mock import MockTransport
 from worldeval.judge.openai_compat import OpenAICompatTransport
 from worldeval.judge.parse import AnswerError, extract_json, score_validator
 from worldeval.judge.script import JudgeScriptError, ScriptedJudge, ScriptTransport, load_judge_script
 from worldeval.judge.transport import (
-    JudgeBadReply, JudgeConnectionError, JudgeHTTPError, JudgeRequest, JudgeTimeout, Transport, TransportError,
-    TransportReply,
+    JudgeBadReply, JudgeConnectionError, JudgeHTTPError, JudgeRequest, JudgeTimeout, JudgeUnavailable, Transport,
+    TransportError, TransportReply,
 )
 
 __all__ = [

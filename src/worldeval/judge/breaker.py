@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 import threading
 
+from worldeval.judge.transport import JudgeUnavailable
 from worldeval.retry import RETRYABLE_STATUS
 
 _HTTP = re.compile(r"\bHTTP (4\d\d)\b")
@@ -60,11 +61,5 @@ class CircuitBreaker:
             return None
 
 
-def _unavailable():
-    from worldeval.judge.client import JudgeUnavailable
-
-    return JudgeUnavailable
-
-
-class CircuitOpen(_unavailable()):
+class CircuitOpen(JudgeUnavailable):
     """The breaker tripped: the judge is usable on the wire but not for judging (exit 3, resumable)."""

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from worldeval.judge.client import JudgeImage
+from worldeval.judge.image import JudgeImage
 from worldeval.retry import RetryPolicy, retryable_status
 
 GEN_KINDS = ("images.generate", "images.edit", "responses.image_generation", "videos.create")
