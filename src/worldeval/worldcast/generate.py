@@ -38,7 +38,7 @@ from worldeval.runs import (
     append_jsonl, atomic_write_bytes, atomic_write_json, atomic_write_text, base_manifest, check_resume, config_hash,
     fingerprint_dir, is_done, write_status,
 )
-from worldeval.worldcast.adapters import OutputError, _step_images, read_plan
+from worldeval.worldcast.adapters import OutputError, read_plan, step_images
 from worldeval.worldcast.cases import WorldCastCase, load_cases
 from worldeval.worldcast.generate_api import BudgetExhausted, CallLedger, GenEndpoint, GenError
 from worldeval.worldcast.generate_plan import inspect_step, make_plan, step_prompt, with_plan
@@ -318,7 +318,7 @@ def check_output(case_dir: Path, case: WorldCastCase, interface: str) -> None:
     _expect_files(case_dir, case, interface)
     try:
         if interface == "interleaved":
-            steps = _step_images(case_dir)
+            steps = step_images(case_dir)
             if not steps:
                 raise OutputError(case_dir, "no step_k images were produced")
             for p in steps:

@@ -222,12 +222,12 @@ class GenEndpoint:
             def call():
                 resp = client.images.edit(model=self.config.model, prompt=prompt,
                                           image=files if len(files) > 1 else files[0], **self._options())
-                return self._image_from(_first(resp), "images/edits")
+                return self._image_from(first_image(resp), "images/edits")
             return self._submit(ledger, "images.edit", purpose, call)
 
         def call():
             resp = client.images.generate(model=self.config.model, prompt=prompt, **self._options())
-            return self._image_from(_first(resp), "images/generations")
+            return self._image_from(first_image(resp), "images/generations")
         return self._submit(ledger, "images.generate", purpose, call)
 
     def interleaved(self, prompt: str, references: list[Path], ledger: CallLedger, purpose: str) -> list[dict]:
@@ -274,7 +274,11 @@ class GenEndpoint:
         return client.videos.download_content(job.id).content
 
 
-def _first(resp: Any) -> Any:
+def first_image(resp: Any) -> Any:
+    """The first item of an images API answer (`resp.data[0]`, holding `b64_json` or `url`).
+
+    An answer without items is a GenError, so `GenEndpoint` retries it like any unusable answer.
+    """
     data = getattr(resp, "data", None) or []
     if not data:
         raise GenError("images: the answer holds no image")
