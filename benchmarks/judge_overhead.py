@@ -20,11 +20,13 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
+from worldeval.judge.mock import LoopbackServer
 
-class SlowJudge:
+
+class SlowJudge(LoopbackServer):
     """Answers every POST with a valid score after `latency` seconds; counts requests and keeps the bodies."""
 
     def __init__(self, latency: float):
@@ -46,27 +48,12 @@ class SlowJudge:
                         srv.bodies.append(raw)
                 body = json.loads(raw)
                 content = json.dumps({"score": 1, "evidence": "ok", "step_index": 1})
-                data = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-                                   "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                                                "finish_reason": "stop"}],
-                                   "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                srv.send_json(self, 200, {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                                          "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                                                       "finish_reason": "stop"}],
+                                          "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler)
 
 
 def make_dataset(root: Path, n_items: int) -> tuple[Path, Path]:

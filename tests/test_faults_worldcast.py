@@ -11,7 +11,7 @@ import json
 import shutil
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import numpy as np
@@ -20,12 +20,13 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from worldeval.cli import app
+from worldeval.judge.mock import LoopbackServer
 from worldeval.worldcast.samples import sample_dataset, sample_outputs
 
 KEY = "sk-faults-SECRET-91c2"
 
 
-class RateLimitedJudge:
+class RateLimitedJudge(LoopbackServer):
     """Loopback chat-completions server: 429 (with Retry-After 0) for the first `busy` requests, then answers.
 
     Every answer is a valid score, made from the request text only, so a clean
@@ -50,40 +51,19 @@ class RateLimitedJudge:
                     limited = srv.n <= srv.busy
                     srv.statuses.append(429 if limited else 200)
                 if limited:
-                    return self._send(429, {"error": {"message": "rate limited (test)"}}, {"retry-after": "0"})
+                    return srv.send_json(self, 429, {"error": {"message": "rate limited (test)"}}, {"retry-after": "0"})
                 text = json.dumps(body["messages"])
                 # deterministic, valid for every metric (PA 0-2, OC 0-1, CP/VC 0-3)
                 score = 1 if "OUTCOME" in text else (len(text) % 3)
                 content = json.dumps({"score": score, "evidence": "test judge"})
-                self._send(200, {
+                srv.send_json(self, 200, {
                     "id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
                     "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
                                  "finish_reason": "stop"}],
                     "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
                 })
 
-            def _send(self, status, obj, headers=None):
-                data = json.dumps(obj).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                for k, v in (headers or {}).items():
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-        self.thread.start()
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler)
 
 
 def _snapshot(root: Path) -> dict[str, tuple[int, int]]:

@@ -10,12 +10,13 @@ import json
 import re
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import numpy as np
 import pytest
 
 from worldeval.judge import JudgeCache, JudgeClient, JudgeConfig, JudgeImage, extract_json, score_validator
+from worldeval.judge.mock import LoopbackServer
 from worldeval.judge.parse import AnswerError
 
 METRIC_MARKERS = {
@@ -28,7 +29,7 @@ METRIC_MARKERS = {
 }
 
 
-class FakeJudge:
+class FakeJudge(LoopbackServer):
     """A chat-completions server on 127.0.0.1 that answers by metric and case and injects faults.
 
     `answer(info) -> str | dict` decides the reply; `faults[key]` is a list of fault names consumed one per
@@ -55,18 +56,7 @@ class FakeJudge:
                 body = json.loads(self.rfile.read(n))
                 fake._handle(self, body)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-        self.thread.start()
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler)
 
     # -- request analysis --------------------------------------------------
     @staticmethod
@@ -153,19 +143,8 @@ class FakeJudge:
             "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
         }
 
-    @staticmethod
-    def _send(h, status: int, obj: dict, headers: dict | None = None) -> None:
-        data = json.dumps(obj).encode()
-        try:
-            h.send_response(status)
-            h.send_header("content-type", "application/json")
-            h.send_header("content-length", str(len(data)))
-            for k, v in (headers or {}).items():
-                h.send_header(k, v)
-            h.end_headers()
-            h.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up (timeout test)
+    # every answer goes through `_send`, so a test can wrap it to alter replies
+    _send = staticmethod(LoopbackServer.send_json)
 
 
 @pytest.fixture

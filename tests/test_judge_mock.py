@@ -98,3 +98,27 @@ def test_bad_script_types():
     client, _ = _client(MockTransport([3.5]))
     with pytest.raises(TypeError, match="scripted answer"):
         client.ask_json("q")
+
+
+def test_loopback_server_answers_a_real_client_offline():
+    from http.server import BaseHTTPRequestHandler
+
+    from worldeval.judge import LoopbackServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("content-length", 0)))
+            LoopbackServer.send_json(self, 200, {
+                "id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": '{"score": 2}'},
+                             "finish_reason": "stop"}]})
+
+    with LoopbackServer(Handler) as srv:
+        assert srv.base_url.startswith("http://127.0.0.1:") and srv.base_url.endswith("/v1")
+        ans = JudgeClient(JudgeConfig(model="m", base_url=srv.base_url, api_key="k", timeout_s=5)).ask_json("q")
+    assert ans.ok and ans.parsed["score"] == 2
+    srv.thread.join(2)
+    assert not srv.thread.is_alive()  # leaving the block stopped the server

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import sys
 from pathlib import Path
 
@@ -282,6 +283,23 @@ def test_command_producer_records_failures_and_continues(dataset, tmp_path):
         get_producer("command", template="gen --x {bogus} --out {out}")
     with pytest.raises(ValueError, match="must contain {out}"):
         get_producer("command", template="gen --image {image}")
+
+
+def test_command_producer_timeout_ends_the_commands_children(dataset, tmp_path):
+    from test_commands import SPAWN, _kill, _pid, gone
+
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    tmpl = f"sh -c {shlex.quote(SPAWN)} {pids}/{{case_id}}.pid {{out}}"
+    s = produce_dataset(dataset, get_producer("command", template=tmpl, timeout_s=0.5), tmp_path / "c")
+    assert s["failed"] == 2 and all("timed out after 0.5 s" in e["message"] for e in s["errors"])
+    for f in sorted(pids.glob("*.pid")):
+        pid = _pid(f)
+        try:
+            assert gone(pid), f"{f.stem}: the command's child {pid} outlived the timeout"
+        finally:
+            _kill(pid)
+    assert len(list(pids.glob("*.pid"))) == 2
 
 
 def test_diffusers_adapter_with_an_injected_pipeline(dataset, tmp_path):

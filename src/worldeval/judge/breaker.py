@@ -15,8 +15,10 @@ from __future__ import annotations
 import re
 import threading
 
+from worldeval.judge.transport import JudgeUnavailable
+from worldeval.retry import RETRYABLE_STATUS
+
 _HTTP = re.compile(r"\bHTTP (4\d\d)\b")
-_TRANSIENT_4XX = {408, 409, 425, 429}
 _REFUSAL = re.compile(r"^\W*(i'?m sorry|i am sorry|i can(?:'|no)t|i am unable|i'm unable|sorry,|as an ai)", re.I)
 
 
@@ -27,7 +29,7 @@ def failure_kind(error: str | None, raw: str | None = None) -> str | None:
     if "unparseable answer" in error or "invalid answer" in error:
         return "refused to answer" if raw and _REFUSAL.search(raw) else "unparseable answer (the reply holds no valid JSON score)"
     m = _HTTP.search(error)
-    if m and int(m.group(1)) not in _TRANSIENT_4XX:
+    if m and int(m.group(1)) not in RETRYABLE_STATUS:
         return f"HTTP {m.group(1)}"
     return None
 
@@ -59,11 +61,5 @@ class CircuitBreaker:
             return None
 
 
-def _unavailable():
-    from worldeval.judge.client import JudgeUnavailable
-
-    return JudgeUnavailable
-
-
-class CircuitOpen(_unavailable()):
+class CircuitOpen(JudgeUnavailable):
     """The breaker tripped: the judge is usable on the wire but not for judging (exit 3, resumable)."""

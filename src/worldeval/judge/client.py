@@ -15,13 +15,9 @@ client object; it is excluded from `repr`, `JudgeConfig.public()` and every cach
 
 from __future__ import annotations
 
-import base64
-import functools
 import hashlib
-import io
 import json
 import os
-import random
 import threading
 import time
 from dataclasses import dataclass, field
@@ -31,70 +27,18 @@ from typing import Callable, Sequence, Union
 import numpy as np
 
 from worldeval.judge.cache import JudgeCache
+from worldeval.judge.image import JudgeImage
 from worldeval.judge.openai_compat import OpenAICompatTransport
 from worldeval.judge.options import REASONING_EFFORTS, WireOptions, parse_temperature
 from worldeval.judge.parse import AnswerError, extract_json
 from worldeval.judge.transport import (
-    JudgeBadReply, JudgeConnectionError, JudgeHTTPError, JudgeRequest, JudgeTimeout, Transport,
+    JudgeBadReply, JudgeConnectionError, JudgeHTTPError, JudgeRequest, JudgeTimeout, JudgeUnavailable, Transport,
 )
+from worldeval.retry import RetryPolicy, retryable_status
 
-_MIME = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".webp": "image/webp"}
-
-
-@dataclass(frozen=True)
-class JudgeImage:
-    """Image bytes as they will be sent, with their hash (the cache identifies images by content)."""
-
-    data: bytes = field(repr=False)
-    mime: str
-    label: str = ""
-
-    @functools.cached_property
-    def sha256(self) -> str:
-        # cached: one image is hashed for the cache key and again for every request that shows it
-        return hashlib.sha256(self.data).hexdigest()
-
-    def data_url(self) -> str:
-        return self._data_url
-
-    @functools.cached_property
-    def _data_url(self) -> str:
-        return f"data:{self.mime};base64,{base64.b64encode(self.data).decode('ascii')}"
-
-    @classmethod
-    def from_array(cls, arr: np.ndarray, label: str = "") -> "JudgeImage":
-        from PIL import Image
-
-        buf = io.BytesIO()
-        Image.fromarray(np.ascontiguousarray(arr[..., :3].astype(np.uint8))).save(buf, format="PNG")
-        return cls(buf.getvalue(), "image/png", label)
-
-    @classmethod
-    def from_path(cls, path: str | Path, max_side: int | None = None, label: str = "") -> "JudgeImage":
-        path = Path(path)
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise ValueError(f"{path}: cannot read image: {exc}") from exc
-        mime = _MIME.get(path.suffix.lower())
-        if mime is None or max_side:
-            from PIL import Image
-
-            try:
-                with Image.open(io.BytesIO(data)) as im:
-                    size = im.size
-                    if mime is None or (max_side and max(size) > max_side):
-                        im = im.convert("RGB")
-                        if max_side and max(size) > max_side:
-                            s = max_side / max(size)
-                            im = im.resize((max(1, round(size[0] * s)), max(1, round(size[1] * s))), Image.LANCZOS)
-                        buf = io.BytesIO()
-                        im.save(buf, format="PNG")
-                        return cls(buf.getvalue(), "image/png", label or path.name)
-            except Exception as exc:
-                raise ValueError(f"{path}: cannot read image: {exc}") from exc
-        return cls(data, mime, label or path.name)
-
+# JudgeImage and JudgeUnavailable live below this module (image, transport), so the transports never import the
+# client; this module re-exports them because `worldeval.judge.client` is their documented import path.
+__all__ = ["Content", "ImageLike", "JudgeAnswer", "JudgeClient", "JudgeConfig", "JudgeImage", "JudgeUnavailable"]
 
 ImageLike = Union[JudgeImage, str, Path, np.ndarray]
 Content = Union[str, Sequence[Union[str, JudgeImage, Path, np.ndarray]]]
@@ -227,14 +171,9 @@ class _Fatal(Exception):
     pass
 
 
-class JudgeUnavailable(RuntimeError):
-    """The preflight request failed: nothing to judge with (unreachable endpoint, bad key, unknown model)."""
-
-
 _PREFLIGHT_PROMPT = 'Connection check before a judging run. Reply with the JSON object {"ok": true}.'
 _PREFLIGHT_SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
                      "additionalProperties": False}
-_RETRYABLE_STATUS = (408, 409, 425, 429)
 
 
 def _add_usage(total: dict, part: dict) -> None:
@@ -264,7 +203,7 @@ class JudgeClient:
         }
         # Learned once per client: a server that rejects an option gets requests without it.
         self.options = WireOptions(config)
-        self._rng = random.Random(config.seed if config.seed is not None else 0)
+        self.retry = RetryPolicy(config.max_attempts, config.backoff_base_s, config.backoff_max_s, config.seed)
         self._preflight_lock = threading.Lock()
         self._preflight_state: str | None = None  # None: not yet; "ok"; or the failure message
         self.preflight_note: str | None = None
@@ -336,18 +275,9 @@ class JudgeClient:
         change = self.options.refused(exc.status, exc.message, sent)
         if change is not None:
             return _Retryable(f"HTTP 400 ({change}; asked again)", at_once=True)
-        if exc.status >= 500 or exc.status in _RETRYABLE_STATUS:
+        if retryable_status(exc.status):
             return _Retryable(msg, exc.retry_after)
         return _Fatal(msg)
-
-    def _backoff(self, attempt: int, retry_after: float | None) -> float:
-        base = min(self.config.backoff_max_s, self.config.backoff_base_s * (2 ** (attempt - 1)))
-        with self._totals_lock:
-            jitter = self._rng.uniform(0.5, 1.5)
-        delay = min(base * jitter, self.config.backoff_max_s)
-        if retry_after is not None:
-            delay = max(delay, min(retry_after, self.config.backoff_max_s))
-        return delay
 
     # -- preflight -------------------------------------------------------
     def preflight(self) -> None:
@@ -397,7 +327,7 @@ class JudgeClient:
                     raise JudgeUnavailable(f"{where}: the API key was refused (HTTP {exc.status}: {msg})") from None
                 if exc.status == 404:
                     raise JudgeUnavailable(f"{where}: unknown model {c.model!r} or wrong path (HTTP 404: {msg})") from None
-                if not (exc.status >= 500 or exc.status in _RETRYABLE_STATUS):
+                if not retryable_status(exc.status):
                     raise JudgeUnavailable(f"{where}: HTTP {exc.status}: {msg}") from None
                 # Busy or failing for the moment, but there: the items' own retries deal with that.
                 self.preflight_note = f"HTTP {exc.status} on the preflight request; judging went ahead"
@@ -447,7 +377,7 @@ class JudgeClient:
         raw: str | None = None
         mode, sent = None, {}
         attempts = refusals = 0
-        while attempts - refusals < max(1, self.config.max_attempts) and refusals <= 6:
+        while attempts - refusals < self.retry.attempts and refusals <= 6:
             attempts += 1
             retry_after, wait = None, True
             try:
@@ -471,8 +401,8 @@ class JudgeClient:
             except _Fatal as exc:
                 errors.append(f"attempt {attempts}: {exc}")
                 break
-            if wait and attempts - refusals < self.config.max_attempts:
-                self._sleep(self._backoff(attempts - refusals, retry_after))
+            if wait and self.retry.more(attempts - refusals):
+                self._sleep(self.retry.delay(attempts - refusals, retry_after))
         self._account(usage, failed=True)
         return JudgeAnswer(raw, None, attempts, time.monotonic() - t0, usage, errors[-1] if errors else "failed", False,
                            key, errors, mode, sent)

@@ -26,12 +26,18 @@ look at what was sent. The preflight request of a client with `preflight=True`
 (`request.purpose == "preflight"`) gets the `preflight` answer (default
 `{"ok": true}`; an exception there makes the endpoint look dead); with
 `preflight=None` it goes to the script like any other request.
+
+`LoopbackServer(handler)` is the other offline judge: a real HTTP server on
+127.0.0.1, for tests and benchmarks that need the wire (the `openai` SDK,
+headers, timeouts) but no network. The handler class answers the requests;
+`base_url` goes into `JudgeConfig(base_url=...)`.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Mapping, Sequence
 
 from worldeval.judge.transport import Answer, JudgeRequest, TransportReply
@@ -107,3 +113,47 @@ class MockTransport:
             return TransportReply(answer, dict(self.usage))
         raise TypeError(f"MockTransport: a scripted answer must be str, dict, TransportReply or an exception, "
                         f"not {type(answer).__name__}")
+
+
+class LoopbackServer:
+    """An HTTP server on 127.0.0.1, on a free port, answering with `handler` from a background thread.
+
+    Subclass it (call `super().__init__(Handler)` once the handler can reach its state) or use it as is;
+    `close()`, or leaving a `with` block, stops it.
+    """
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]):
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True  # a request still in flight must not keep the test process alive
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+        self.thread.start()
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI-style API root (`http://127.0.0.1:PORT/v1`)."""
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    @staticmethod
+    def send_json(handler: BaseHTTPRequestHandler, status: int, obj: Any, headers: dict | None = None) -> None:
+        """Answer the handler's request with `obj` as JSON, `status` and any extra `headers`."""
+        data = json.dumps(obj).encode()
+        try:
+            handler.send_response(status)
+            handler.send_header("content-type", "application/json")
+            handler.send_header("content-length", str(len(data)))
+            for k, v in (headers or {}).items():
+                handler.send_header(k, v)
+            handler.end_headers()
+            handler.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client stopped waiting (its timeout): nobody is left to answer
+
+    def __enter__(self) -> "LoopbackServer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

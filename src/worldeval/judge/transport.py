@@ -8,12 +8,18 @@ or raises one of the errors below, so the client can classify the failure the
 same way for every transport:
 
 * `JudgeHTTPError(status, message, retry_after)`: the endpoint answered with an
-  HTTP error (429 and 5xx are retried; 400 naming an option makes the client
-  drop that option; other 4xx fail at once),
+  HTTP error (5xx and the transient 4xx of `worldeval.retry`, 429 among them,
+  are retried; 400 naming an option makes the client drop that option; other
+  4xx fail at once),
 * `JudgeBadReply`: a 200 reply without a usable completion (retried),
 * `JudgeTimeout`: no answer within the request timeout (retried),
 * `JudgeConnectionError`: nothing reachable at the endpoint (retried inside a
   run; fatal in the preflight request).
+
+The request, reply and error types (and `JudgeUnavailable`, which the client
+raises when its preflight request fails) live here, below the client and the
+transports: this module imports only `judge.image`, so imports within
+`worldeval.judge` run one way (client -> transports -> these types).
 
 Transports: `openai_compat.OpenAICompatTransport` (any OpenAI-compatible
 chat-completions endpoint, through the `openai` SDK) and `mock.MockTransport`
@@ -23,10 +29,13 @@ chat-completions endpoint, through the `openai` SDK) and `mock.MockTransport`
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, Union, runtime_checkable
+from typing import Protocol, Union, runtime_checkable
 
-if TYPE_CHECKING:  # pragma: no cover
-    from worldeval.judge.client import JudgeImage
+from worldeval.judge.image import JudgeImage
+
+
+class JudgeUnavailable(RuntimeError):
+    """The preflight request failed: nothing to judge with (unreachable endpoint, bad key, unknown model)."""
 
 
 class TransportError(Exception):
@@ -88,7 +97,7 @@ class JudgeRequest:
         return "\n".join(texts)
 
     @property
-    def images(self) -> list["JudgeImage"]:
+    def images(self) -> list[JudgeImage]:
         return [p for p in self.parts if not isinstance(p, str)]
 
     def body(self) -> dict:

@@ -38,7 +38,7 @@ from worldeval.errors import InputError
 from worldeval.judge.parse import AnswerError
 from worldeval.opis.build_phrases import clean_phrases
 from worldeval.runs import append_jsonl, atomic_write_bytes, atomic_write_json
-from worldeval.worldcast.generate_api import CallLedger, GenEndpoint, GenError, _first
+from worldeval.worldcast.generate_api import CallLedger, GenEndpoint, GenError, first_image
 
 from worldeval.opis.source_templates import PROMPT_VERSION, REVIEW_VERSION, review_prompt, scene_prompt
 
@@ -120,7 +120,7 @@ class SourceEndpoint(GenEndpoint):
 
         def call():
             resp = client.images.generate(model=self.config.model, prompt=prompt, n=1, **self._options())
-            item = _first(resp)
+            item = first_image(resp)
             meta.clear()
             meta.update({k: getattr(resp, k, None) for k in ("created", "output_format", "quality", "size",
                                                               "background")})

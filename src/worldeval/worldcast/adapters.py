@@ -73,7 +73,11 @@ def read_plan(path: Path, n: int) -> list[str | None]:
     return out
 
 
-def _step_images(case_dir: Path) -> list[Path]:
+def step_images(case_dir: Path) -> list[Path]:
+    """The interleaved output's `step_k` image files of `case_dir`, in step order ([] when there are none).
+
+    Two files for one step, or steps not numbered 1..N without gaps, are an OutputError naming the folder.
+    """
     found: dict[int, Path] = {}
     for p in case_dir.iterdir():
         m = _STEP.match(p.name)
@@ -107,7 +111,7 @@ def adapt_output(case: WorldCastCase, outputs: str | Path, states_dir: str | Pat
     states_dir = Path(states_dir)
     if not case_dir.is_dir():
         raise OutputError(case_dir, "no output folder for this case")
-    steps = _step_images(case_dir)
+    steps = step_images(case_dir)
     grid = next((case_dir / n for n in ("grid.png", "grid.jpg", "grid.jpeg", "grid.webp") if (case_dir / n).is_file()), None)
     video = next((case_dir / n for n in VIDEO_NAMES if (case_dir / n).is_file()), None)
     kinds = [k for k, v in (("steps", steps), ("grid", grid), ("video", video)) if v]

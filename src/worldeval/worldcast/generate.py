@@ -26,7 +26,6 @@ from __future__ import annotations
 import re
 import shlex
 import shutil
-import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -34,11 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from worldeval.commands import CommandTimeout, run_command
 from worldeval.runs import (
     append_jsonl, atomic_write_bytes, atomic_write_json, atomic_write_text, base_manifest, check_resume, config_hash,
     fingerprint_dir, is_done, write_status,
 )
-from worldeval.worldcast.adapters import OutputError, _step_images, read_plan
+from worldeval.worldcast.adapters import OutputError, read_plan, step_images
 from worldeval.worldcast.cases import WorldCastCase, load_cases
 from worldeval.worldcast.generate_api import BudgetExhausted, CallLedger, GenEndpoint, GenError
 from worldeval.worldcast.generate_plan import inspect_step, make_plan, step_prompt, with_plan
@@ -125,18 +125,11 @@ def check_command(command: str) -> None:
 
 
 def _run_logged(cmd: str, log: Path, timeout_s: float) -> int:
-    """Run a shell command in its own process group, so a timeout ends the whole tree, not just the shell."""
-    import os
-    import signal
-
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(cmd, shell=True, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            return proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            raise GenError(f"--command ran past {timeout_s:g} s and was stopped (log: {log})") from None
+    """Run a --command through the shell, its output in `log`; past `timeout_s` its whole process tree ends."""
+    try:
+        return run_command(cmd, shell=True, log=log, timeout_s=timeout_s).returncode
+    except CommandTimeout:
+        raise GenError(f"--command ran past {timeout_s:g} s and was stopped (log: {log})") from None
 
 
 def _model_of(client) -> dict | None:
@@ -325,7 +318,7 @@ def check_output(case_dir: Path, case: WorldCastCase, interface: str) -> None:
     _expect_files(case_dir, case, interface)
     try:
         if interface == "interleaved":
-            steps = _step_images(case_dir)
+            steps = step_images(case_dir)
             if not steps:
                 raise OutputError(case_dir, "no step_k images were produced")
             for p in steps:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import base64
 import io
-import random
 import threading
 import time
 import warnings
@@ -30,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from worldeval.judge.client import JudgeImage
+from worldeval.judge.image import JudgeImage
+from worldeval.retry import RetryPolicy, retryable_status
 
 GEN_KINDS = ("images.generate", "images.edit", "responses.image_generation", "videos.create")
 
@@ -111,7 +111,7 @@ def classify_error(exc: Exception, timeout_s: float) -> tuple[str, bool, float |
     if isinstance(exc, openai.APIStatusError):
         body = str(getattr(exc, "message", "") or "")[:300]
         status = exc.status_code
-        return f"HTTP {status}: {body}", status >= 500 or status in (408, 409, 425), None
+        return f"HTTP {status}: {body}", retryable_status(status), None
     return f"{type(exc).__name__}: {exc}", False, None
 
 
@@ -144,7 +144,9 @@ class GenEndpoint:
         self._sleep = sleep
         self._client = None
         self._lock = threading.Lock()
-        self._rng = random.Random(config.seed)
+        # The generator's cap bounds the exponential base; the jitter may stretch a capped wait by half.
+        self.retry = RetryPolicy(config.max_attempts, config.backoff_base_s, config.backoff_max_s, config.seed,
+                                 cap_jitter=False)
 
     def __repr__(self) -> str:
         return f"GenEndpoint(model={self.config.model!r}, base_url={self.config.base_url!r})"
@@ -177,7 +179,7 @@ class GenEndpoint:
     def _submit(self, ledger: CallLedger, kind: str, purpose: str, fn: Callable[[], Any]) -> Any:
         """Run `fn` with retries; every attempt is charged to the ledger first, so the budget bounds retries too."""
         last = "no attempt made"
-        for attempt in range(1, max(1, self.config.max_attempts) + 1):
+        for attempt in range(1, self.retry.attempts + 1):
             entry = ledger.charge(kind, purpose)
             t0 = time.monotonic()
             try:
@@ -190,12 +192,9 @@ class GenEndpoint:
                 msg, retryable, after = classify_error(exc, self.config.timeout_s)
             entry.update(status="failed", attempt=attempt, error=msg, latency_s=round(time.monotonic() - t0, 3))
             last = msg
-            if not retryable or attempt >= self.config.max_attempts or ledger.left == 0:
+            if not retryable or not self.retry.more(attempt) or ledger.left == 0:
                 break
-            delay = min(self.config.backoff_max_s, self.config.backoff_base_s * 2 ** (attempt - 1))
-            with self._lock:
-                delay *= self._rng.uniform(0.5, 1.5)
-            self._sleep(max(delay, min(after, self.config.backoff_max_s)) if after is not None else delay)
+            self._sleep(self.retry.delay(attempt, after))
         raise GenError(f"{kind} for {purpose} failed: {last}")
 
     def _options(self) -> dict:
@@ -223,12 +222,12 @@ class GenEndpoint:
             def call():
                 resp = client.images.edit(model=self.config.model, prompt=prompt,
                                           image=files if len(files) > 1 else files[0], **self._options())
-                return self._image_from(_first(resp), "images/edits")
+                return self._image_from(first_image(resp), "images/edits")
             return self._submit(ledger, "images.edit", purpose, call)
 
         def call():
             resp = client.images.generate(model=self.config.model, prompt=prompt, **self._options())
-            return self._image_from(_first(resp), "images/generations")
+            return self._image_from(first_image(resp), "images/generations")
         return self._submit(ledger, "images.generate", purpose, call)
 
     def interleaved(self, prompt: str, references: list[Path], ledger: CallLedger, purpose: str) -> list[dict]:
@@ -275,7 +274,11 @@ class GenEndpoint:
         return client.videos.download_content(job.id).content
 
 
-def _first(resp: Any) -> Any:
+def first_image(resp: Any) -> Any:
+    """The first item of an images API answer (`resp.data[0]`, holding `b64_json` or `url`).
+
+    An answer without items is a GenError, so `GenEndpoint` retries it like any unusable answer.
+    """
     data = getattr(resp, "data", None) or []
     if not data:
         raise GenError("images: the answer holds no image")

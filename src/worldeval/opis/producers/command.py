@@ -7,7 +7,9 @@ argument and is never interpreted. Placeholders:
   {image} {instruction} {out} {case_id} {case_dir} {camera_json} {fps}
   {duration} {num_frames} {width} {height} {seed}
 
-The command writes to a temporary `{out}`; the video is moved into place only
+The command runs in its own process group (`worldeval.commands`): on timeout
+everything it started is killed, not only the program itself. The command
+writes to a temporary `{out}`; the video is moved into place only
 when the command succeeds and the file decodes, so a failed or interrupted
 case is redone on the next run.
 """
@@ -15,13 +17,12 @@ case is redone on the next run.
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import string
-import subprocess
 from pathlib import Path
 from typing import Any
 
+from worldeval.commands import CommandTimeout, run_command
 from worldeval.media import MediaError, probe_video
 from worldeval.opis.case import Case
 from worldeval.opis.producers.base import ProduceContext, ProduceError, Producer
@@ -79,11 +80,10 @@ class CommandProducer(Producer):
             tmp.unlink()
         argv = self.argv(case, tmp, ctx)
         try:
-            proc = subprocess.run(argv, cwd=self.cwd, capture_output=True, text=True, timeout=self.timeout_s,
-                                  env=os.environ.copy(), check=False)
+            proc = run_command(argv, cwd=self.cwd, timeout_s=self.timeout_s)
         except FileNotFoundError as exc:
             raise ProduceError(case.root, "cmd", f"program not found: {argv[0]}") from exc
-        except subprocess.TimeoutExpired as exc:
+        except CommandTimeout as exc:
             raise ProduceError(case.root, "cmd", f"{argv[0]} timed out after {self.timeout_s} s") from exc
         if proc.returncode != 0:
             tail = (proc.stderr or proc.stdout or "").strip()[-800:]
