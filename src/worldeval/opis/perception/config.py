@@ -11,7 +11,6 @@ class EvalConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     association_threshold: float = 0.35
     ambiguity_margin: float = 0.05
-    min_appearance: float = 0.2  # appearance evidence a pair needs before category/attributes can count
     lambda_g: float = 0.05
     pose_tau: float = 0.2
     max_claims: int = 12

@@ -13,7 +13,7 @@ import numpy as np
 from worldeval.opis.backends.base import ROUTE_MOVING, ROUTE_PROJECTION, ROUTE_PROPAGATED, AppearanceEmbedder
 from worldeval.opis.perception import projection as P
 from worldeval.opis.perception.association import associate, geometric_gate
-from worldeval.opis.perception.embedding import cosine
+from worldeval.opis.backends.efficientnet import cosine
 from worldeval.opis.perception.likeness import structure_similarity
 from worldeval.opis.perception.places import keypoint_support, support_needed
 from worldeval.opis.perception.propagation import propagated_visibility
