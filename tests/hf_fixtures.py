@@ -9,7 +9,7 @@ import pytest
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    from worldeval.opis.backends.hf_tiny import build_tiny_models
+    from worldeval.checkpoints.tiny import build_tiny_models
 
     old = os.environ.get("HF_HUB_OFFLINE")
     os.environ["HF_HUB_OFFLINE"] = "1"

@@ -373,7 +373,7 @@ def test_hf_concept_rounds_through_the_same_command(tmp_path, monkeypatch):
 
     from worldeval.cli import app
     from worldeval.opis import build_cli
-    from worldeval.opis.backends.hf_tiny import build_tiny_models
+    from worldeval.checkpoints.tiny import build_tiny_models
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     tiny = build_tiny_models(tmp_path / "tiny")

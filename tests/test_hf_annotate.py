@@ -19,7 +19,7 @@ RIDER_BOX = "363,214,192,164"  # the DAVIS-2017 rider instance's box in frame 0
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    from worldeval.opis.backends.hf_tiny import build_tiny_models_dir
+    from worldeval.checkpoints.tiny import build_tiny_models_dir
 
     root = tmp_path_factory.mktemp("models")
     build_tiny_models_dir(root)

@@ -128,7 +128,7 @@ def test_sam3_observations_are_frame_sized_and_deduplicated(tiny):
 
 
 def test_tensor_prep_by_hand():
-    from worldeval.opis.backends.hf_preprocess import IMAGENET_MEAN, IMAGENET_STD, TensorPrep
+    from worldeval.opis.backends.hf_common import IMAGENET_MEAN, IMAGENET_STD, TensorPrep
 
     img = np.zeros((10, 30, 3), np.uint8)
     img[..., 0], img[..., 1], img[..., 2] = 255, 51, 0

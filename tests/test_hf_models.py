@@ -14,14 +14,14 @@ pytest.importorskip("transformers")
 from typer.testing import CliRunner  # noqa: E402
 
 from worldeval.cli import app  # noqa: E402
-from worldeval.opis.backends import hf_models  # noqa: E402
+from worldeval.checkpoints import store as hf_models  # noqa: E402
 
 FRAME = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "davis_bmx_trees" / "frames" / "00000.jpg"
 
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
-    from worldeval.opis.backends.hf_tiny import build_tiny_models_dir
+    from worldeval.checkpoints.tiny import build_tiny_models_dir
 
     root = tmp_path_factory.mktemp("models")
     build_tiny_models_dir(root)

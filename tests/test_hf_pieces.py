@@ -21,7 +21,7 @@ from worldeval.opis.backends.hf import HFBackendError  # noqa: E402
 from worldeval.opis.backends.hf_embed import DinoEmbedder, masked_crop  # noqa: E402
 from worldeval.opis.backends.hf_geometry import HFDepthEstimator, HFMatcher, relative_to_depth  # noqa: E402
 from worldeval.opis.backends.hf_pose import VitPoseEstimator  # noqa: E402
-from worldeval.opis.backends.hf_preprocess import TensorPrep  # noqa: E402
+from worldeval.opis.backends.hf_common import TensorPrep  # noqa: E402
 from worldeval.opis.backends.hf_segment import Sam3Segmenter  # noqa: E402
 
 CPU = torch.device("cpu")
@@ -160,7 +160,7 @@ def test_official_processor_parity_on_real_frames(tiny):
         m = HFMatcher(tiny[key], CPU)
         img1 = _frame(5)
         ref = cls.from_pretrained(tiny[key])(images=[[img, img1]], return_tensors="pt")["pixel_values"]
-        from worldeval.opis.backends.hf_preprocess import official_pixels
+        from worldeval.opis.backends.hf_common import official_pixels
 
         assert _max_diff(official_pixels(m.processor, [[img, img1]], CPU), ref) <= 1e-3, key
 
@@ -194,7 +194,7 @@ def test_torch_preprocessing_reads_the_checkpoint_config(tiny, tmp_path):
 
 def test_resize_uint8_rounds_like_the_torchvision_path():
     """SAM 2/3's official processor resizes the uint8 image, then normalises: pixels land on the 1/255 grid."""
-    from worldeval.opis.backends.hf_preprocess import HALF
+    from worldeval.opis.backends.hf_common import HALF
 
     rng = np.random.default_rng(0)
     img = (rng.random((37, 53, 3)) * 255).astype(np.uint8)

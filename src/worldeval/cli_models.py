@@ -38,7 +38,7 @@ def register(app: typer.Typer) -> None:
         token: Optional[str] = typer.Option(None, "--token", help="Hub token (default: HF_TOKEN or `hf auth login`); never written anywhere."),
     ) -> None:
         """Download the default checkpoints (SAM 3 and DINOv3 are gated: accept their licences on the hub first)."""
-        from worldeval.opis.backends.hf_models import FetchError, default_models_dir, fetch
+        from worldeval.checkpoints.store import FetchError, default_models_dir, fetch
 
         if backend != "hf":
             raise typer.BadParameter(f"only the hf backend has checkpoints to fetch, not {backend!r}", param_hint="--backend")
@@ -61,7 +61,7 @@ def register(app: typer.Typer) -> None:
         """Load each checkpoint offline and run it once: one line per piece, OK (time, memory) or FAIL (reason, path)."""
         import os
 
-        from worldeval.opis.backends.hf_models import check, default_models_dir
+        from worldeval.checkpoints.store import check, default_models_dir
 
         os.environ["HF_HUB_OFFLINE"] = "1"  # a check that downloads would check nothing
         from transformers.utils import logging as hf_logging

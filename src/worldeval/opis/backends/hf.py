@@ -10,82 +10,19 @@ MoGe-2 are not in `transformers`; see docs/backends.md.
 Every model is given as a hub id or a local folder and is loaded with
 `local_files_only=True` by default: nothing is downloaded at run time.
 Preprocessing follows each checkpoint's `preprocessor_config.json`
-(hf_preprocess.py): the official image processor where it runs without
+(hf_common.py): the official image processor where it runs without
 torchvision, our torch version of it where it does not.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from worldeval.opis.backends.base import Backend
+from worldeval.opis.backends.hf_common import (  # noqa: F401 (names the model modules and users import from here)
+    MODEL_OPTIONS, HFBackendError, default_models_dir, load_config, load_model, model_version, models_in, torch_device, torch_dtype,
+)
 
-# options of build_hf_backend naming a model (id or local path)
-MODEL_OPTIONS = ("sam3", "sam2", "dinov3", "dinov2", "vitpose", "vitpose_animal", "depth", "matcher")
-
-
-class HFBackendError(ValueError):
-    """A model option that cannot be used; names the option and the path or id given."""
-
-    def __init__(self, option: str, value: Any, message: str):
-        self.option = option
-        self.value = value
-        super().__init__(f"hf backend option {option}={value!r}: {message}")
-
-
-def torch_device(device: str):
-    import torch
-
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise HFBackendError("device", device, "CUDA is not available on this machine")
-    return dev
-
-
-def torch_dtype(dtype: str | None):
-    import torch
-
-    if dtype in (None, "float32", "fp32"):
-        return torch.float32
-    table = {"float16": torch.float16, "fp16": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
-    if dtype not in table:
-        raise HFBackendError("dtype", dtype, "expected float32, float16 or bfloat16")
-    return table[dtype]
-
-
-def load_config(option: str, name: str, local_files_only: bool = True):
-    from transformers import AutoConfig
-
-    try:
-        return AutoConfig.from_pretrained(str(name), local_files_only=local_files_only)
-    except Exception as exc:  # noqa: BLE001 - re-raised with the option named
-        where = "local folder" if Path(str(name)).exists() else "hub id (offline cache)"
-        raise HFBackendError(option, name, f"cannot read the model config from this {where}: {exc}") from exc
-
-
-def load_model(option: str, cls, name: str, device, dtype=None, local_files_only: bool = True):
-    """`cls.from_pretrained` in eval mode on `device`, with the failure naming the option."""
-    import torch
-
-    try:
-        model = cls.from_pretrained(str(name), local_files_only=local_files_only, dtype=dtype or torch.float32)
-    except Exception as exc:  # noqa: BLE001
-        raise HFBackendError(option, name, f"cannot load {cls.__name__}: {exc}") from exc
-    return model.to(device).eval()
-
-
-def model_version(name: str, model) -> str:
-    """What a run manifest records for a model: its id/path and a hash of its config."""
-    cfg = model.config.to_dict()
-    cfg.pop("_name_or_path", None)
-    cfg.pop("transformers_version", None)
-    digest = hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode()).hexdigest()[:12]
-    return f"{type(model).__name__}:{name}@{digest}"
 
 
 # tuning options and their types: command lines hand them over as strings
@@ -124,8 +61,6 @@ def _coerce(option: str, value):
 
 def fill_from_models_dir(given: dict[str, str | None], models_dir: str | None) -> dict:
     """Model options not given, from `models_dir` (or the default folder when none is given at all); '_dir' says which."""
-    from worldeval.opis.backends.hf_models import default_models_dir, models_in
-
     root = models_dir if models_dir else (None if any(given.values()) else default_models_dir())
     out = dict(given)
     if root is not None:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from worldeval.opis.backends.hf import HFBackendError, load_config, load_model, model_version
-from worldeval.opis.backends.hf_preprocess import (
+from worldeval.opis.backends.hf_common import HFBackendError, load_config, load_model, model_version
+from worldeval.opis.backends.hf_common import (
     IMAGENET_MEAN,
     TensorPrep,
     describe_processor,

@@ -12,8 +12,8 @@ import math
 import numpy as np
 
 from worldeval.opis.backends.base import Correspondences
-from worldeval.opis.backends.hf import HFBackendError, load_config, load_model, model_version
-from worldeval.opis.backends.hf_preprocess import TensorPrep, describe_processor, official_pixels, official_processor
+from worldeval.opis.backends.hf_common import HFBackendError, load_config, load_model, model_version
+from worldeval.opis.backends.hf_common import TensorPrep, describe_processor, official_pixels, official_processor
 
 # relative (affine-invariant) disparity is mapped to depths in [1, 1 / RELATIVE_NEAR]
 RELATIVE_NEAR = 0.1

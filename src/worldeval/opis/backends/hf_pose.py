@@ -12,8 +12,8 @@ import re
 import numpy as np
 
 from worldeval.opis.backends.base import Keypoints
-from worldeval.opis.backends.hf import HFBackendError, load_model, model_version
-from worldeval.opis.backends.hf_preprocess import describe_processor, official_pixels, official_processor
+from worldeval.opis.backends.hf_common import HFBackendError, load_model, model_version
+from worldeval.opis.backends.hf_common import describe_processor, official_pixels, official_processor
 
 # COCO-17 person skeleton (0 nose, 1-2 eyes, 3-4 ears, 5-6 shoulders, 7-8 elbows, 9-10 wrists,
 # 11-12 hips, 13-14 knees, 15-16 ankles)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from worldeval.opis.backends.base import Observation
-from worldeval.opis.backends.hf import load_model, model_version
-from worldeval.opis.backends.hf_preprocess import TensorPrep
+from worldeval.opis.backends.hf_common import load_model, model_version
+from worldeval.opis.backends.hf_common import TensorPrep
 
 
 def _square_size(value) -> tuple[int, int]:
@@ -103,7 +103,7 @@ class Sam3Segmenter:
     ):
         from transformers import AutoTokenizer, Sam3Model
 
-        from worldeval.opis.backends.hf import HFBackendError
+        from worldeval.opis.backends.hf_common import HFBackendError
 
         self.device, self.dtype = device, dtype
         self.model = load_model("sam3", Sam3Model, model_name, device, dtype, local_files_only)

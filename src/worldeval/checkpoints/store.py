@@ -11,7 +11,6 @@ models fetch` has run.
 from __future__ import annotations
 
 import json
-import os
 import resource
 import sys
 import time
@@ -19,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from worldeval.opis.backends.hf_common import MANIFEST, default_models_dir, models_in  # noqa: F401
 
 # option -> (hub repository, gated, what it is). The paper's SAM 3.1, MoGe-2 and MASt3R are not in
 # transformers: SAM 3, DepthPro and LightGlue stand in for them (docs/backends.md).
@@ -33,24 +34,9 @@ FALLBACK_CHECKPOINTS: dict[str, tuple[str, bool, str]] = {
     "sam2": ("facebook/sam2.1-hiera-large", False, "SAM 2.1 (no text prompts), when SAM 3 is not licensed"),
     "dinov2": ("facebook/dinov2-large", False, "DINOv2 ViT-L/14, when DINOv3 is not licensed"),
 }
-MANIFEST = "models.json"
 TINY_CHECK_OPTIONS = tuple(DEFAULT_CHECKPOINTS)  # what `check` expects by default
 # weights in safetensors only (the hub repos also carry .bin/.pth copies of the same weights)
 ALLOW_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "tokenizer*", "*.md"]
-
-
-def default_models_dir() -> Path:
-    """WORLDEVAL_MODELS_DIR, else ~/.cache/worldeval/models."""
-    env = os.environ.get("WORLDEVAL_MODELS_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "worldeval" / "models"
-
-
-def models_in(root: str | Path) -> dict[str, str]:
-    """option -> checkpoint folder, for every option folder of `root` holding a config.json."""
-    from worldeval.opis.backends.hf import MODEL_OPTIONS
-
-    root = Path(root).expanduser()
-    return {o: str(root / o) for o in MODEL_OPTIONS if (root / o / "config.json").is_file()}
 
 
 class FetchError(RuntimeError):
@@ -167,7 +153,7 @@ def check_piece(option: str, path: str, image: np.ndarray, device="cpu", dtype=N
     """Load one checkpoint offline and run it once: OK with timings and memory, or FAIL with the reason."""
     import torch
 
-    from worldeval.opis.backends.hf import torch_device, torch_dtype
+    from worldeval.opis.backends.hf_common import torch_device, torch_dtype
 
     dev, dt = torch_device(device), torch_dtype(dtype)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)

@@ -44,7 +44,7 @@ def build_tiny_models(root: str | Path) -> dict[str, str]:
     import torch
     import transformers as T
 
-    from worldeval.opis.backends.hf_preprocess import HALF, IMAGENET_MEAN, IMAGENET_STD
+    from worldeval.opis.backends.hf_common import HALF, IMAGENET_MEAN, IMAGENET_STD
 
     root = Path(root)
     torch.manual_seed(0)
@@ -113,7 +113,7 @@ def build_tiny_models(root: str | Path) -> dict[str, str]:
 
 def _tiny_depth_models(T, root: Path, paths: dict) -> None:
     """Depth Anything, Prompt Depth Anything and DepthPro, each with its preprocessing."""
-    from worldeval.opis.backends.hf_preprocess import HALF, IMAGENET_MEAN, IMAGENET_STD
+    from worldeval.opis.backends.hf_common import HALF, IMAGENET_MEAN, IMAGENET_STD
 
     dino_bb = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=2, image_size=56,
                    patch_size=14, out_indices=[1, 2, 3, 4], reshape_hidden_states=False)  # fmt: skip

@@ -1,6 +1,7 @@
-"""Image preprocessing of the `hf` backend, read from each checkpoint's `preprocessor_config.json`.
+"""What every model module of the `hf` backend shares: loading a checkpoint (the option named in every
+failure), the models folder, and image preprocessing read from each checkpoint's `preprocessor_config.json`.
 
-Two routes, chosen per model family:
+Preprocessing takes one of two routes, chosen per model family:
 
 - the official `transformers` image processor, for the families whose processor
   has a PIL/numpy implementation that imports without torchvision (DINOv2's
@@ -19,13 +20,92 @@ defaults are used, as the official processor would.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from typing import Any
+
 import numpy as np
 
-from worldeval.opis.backends.hf import HFBackendError
+
+# options of build_hf_backend naming a model (id or local path)
+MODEL_OPTIONS = ("sam3", "sam2", "dinov3", "dinov2", "vitpose", "vitpose_animal", "depth", "matcher")
+MANIFEST = "models.json"  # in a models folder: which hub repository and revision each option came from
+
+
+class HFBackendError(ValueError):
+    """A model option that cannot be used; names the option and the path or id given."""
+
+    def __init__(self, option: str, value: Any, message: str):
+        self.option = option
+        self.value = value
+        super().__init__(f"hf backend option {option}={value!r}: {message}")
+
+
+def torch_device(device: str):
+    import torch
+
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise HFBackendError("device", device, "CUDA is not available on this machine")
+    return dev
+
+
+def torch_dtype(dtype: str | None):
+    import torch
+
+    if dtype in (None, "float32", "fp32"):
+        return torch.float32
+    table = {"float16": torch.float16, "fp16": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+    if dtype not in table:
+        raise HFBackendError("dtype", dtype, "expected float32, float16 or bfloat16")
+    return table[dtype]
+
+
+def load_config(option: str, name: str, local_files_only: bool = True):
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(str(name), local_files_only=local_files_only)
+    except Exception as exc:  # noqa: BLE001 - re-raised with the option named
+        where = "local folder" if Path(str(name)).exists() else "hub id (offline cache)"
+        raise HFBackendError(option, name, f"cannot read the model config from this {where}: {exc}") from exc
+
+
+def load_model(option: str, cls, name: str, device, dtype=None, local_files_only: bool = True):
+    """`cls.from_pretrained` in eval mode on `device`, with the failure naming the option."""
+    import torch
+
+    try:
+        model = cls.from_pretrained(str(name), local_files_only=local_files_only, dtype=dtype or torch.float32)
+    except Exception as exc:  # noqa: BLE001
+        raise HFBackendError(option, name, f"cannot load {cls.__name__}: {exc}") from exc
+    return model.to(device).eval()
+
+
+def model_version(name: str, model) -> str:
+    """What a run manifest records for a model: its id/path and a hash of its config."""
+    cfg = model.config.to_dict()
+    cfg.pop("_name_or_path", None)
+    cfg.pop("transformers_version", None)
+    digest = hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return f"{type(model).__name__}:{name}@{digest}"
+
+
+def default_models_dir() -> Path:
+    """WORLDEVAL_MODELS_DIR, else ~/.cache/worldeval/models."""
+    env = os.environ.get("WORLDEVAL_MODELS_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "worldeval" / "models"
+
+
+def models_in(root: str | Path) -> dict[str, str]:
+    """option -> checkpoint folder, for every option folder of `root` holding a config.json."""
+    root = Path(root).expanduser()
+    return {o: str(root / o) for o in MODEL_OPTIONS if (root / o / "config.json").is_file()}
+
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)

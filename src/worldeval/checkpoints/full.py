@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from worldeval.opis.backends.hf_preprocess import HALF, IMAGENET_MEAN, IMAGENET_STD
+from worldeval.opis.backends.hf_common import HALF, IMAGENET_MEAN, IMAGENET_STD
 
 COCO_JOINTS = ["Nose", "L_Eye", "R_Eye", "L_Ear", "R_Ear", "L_Shoulder", "R_Shoulder", "L_Elbow", "R_Elbow", "L_Wrist",
                "R_Wrist", "L_Hip", "R_Hip", "L_Knee", "R_Knee", "L_Ankle", "R_Ankle"]  # fmt: skip
@@ -95,8 +95,8 @@ def build_full_models(root: str | Path, options: list[str] | None = None, dtype:
     import torch
     import transformers as T
 
-    from worldeval.opis.backends.hf import torch_dtype
-    from worldeval.opis.backends.hf_tiny import tiny_clip_tokenizer
+    from worldeval.opis.backends.hf_common import torch_dtype
+    from worldeval.checkpoints.tiny import tiny_clip_tokenizer
 
     root = Path(root)
     torch.manual_seed(0)
