@@ -132,11 +132,6 @@ class ItemTimeout(WorkerCrashed):
         ItemError.__init__(self, "ItemTimeout", message, file, field, traceback)
 
 
-def error_record(exc: BaseException) -> dict:
-    """Status-record form of any exception an item produced."""
-    return ItemError.from_exception(exc).to_record()
-
-
 # --------------------------------------------------------------------------- per-worker cache
 
 _WORKER_CACHE: dict[Any, Any] = {}
@@ -154,10 +149,6 @@ def worker_cache(key: Any, factory: Callable[[], Any]) -> Any:
     except KeyError:
         obj = _WORKER_CACHE[key] = factory()
         return obj
-
-
-def clear_worker_cache() -> None:
-    _WORKER_CACHE.clear()
 
 
 def default_resources(backend: str, device: str = "cpu") -> dict:
