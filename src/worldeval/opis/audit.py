@@ -83,7 +83,7 @@ def _clip_fingerprint(clip: G.GTClip, donor: G.GTClip | None, cfg: AuditConfig) 
 
 def prepare_clip(clip: G.GTClip, donor: G.GTClip | None, out: Path, cfg: AuditConfig) -> dict:
     """Case and variant rollouts of one clip (kept when its record matches); returns the record."""
-    from worldeval.opis.validate import _forget_case
+    from worldeval.opis.validate import forget_case
 
     rec_path = out / "gt" / f"{clip.name}.json"
     fp = _clip_fingerprint(clip, donor, cfg)
@@ -94,7 +94,7 @@ def prepare_clip(clip: G.GTClip, donor: G.GTClip | None, out: Path, cfg: AuditCo
                 return rec
         except (json.JSONDecodeError, KeyError):
             pass  # torn record: write again
-    _forget_case(out / "runs", clip.name)
+    forget_case(out / "runs", clip.name)
     G.build_case(clip, out / "cases" / clip.name)
     rec = {"clip": clip.name, "fingerprint": fp, "videos": {}, "skipped": {},
            "target": clip.instance_id(G.target_value(clip)), "paste": None}

@@ -108,7 +108,7 @@ def with_plane_depth(dataset: Path, out: Path, log: Callable[[str], None] = prin
     return out
 
 
-def _forget_case(runs_root: Path, case_id: str) -> None:
+def forget_case(runs_root: Path, case_id: str) -> None:
     """Drop every measurement of `case_id` from validate's run folders.
 
     New clips under old names: `opis eval` would keep the measurements of the old clips (its resume
@@ -151,7 +151,7 @@ def synthesize_dataset(
         # The "other scene" is the next case's photo (cyclic), so it is a real scene, never a blank.
         other = cases[(k + 1) % len(cases)] if len(cases) > 1 else None
         t0 = time.perf_counter()
-        _forget_case(out / "runs", case.id)
+        forget_case(out / "runs", case.id)
         rec = synthesize_case(case, out / "rollouts", other=other, cfg=cfg.synth, interventions=cfg.checks, index=k)
         rec.pop("_images", None)
         rec["synth_hash"] = h
