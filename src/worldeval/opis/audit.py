@@ -31,6 +31,7 @@ import numpy as np
 
 from worldeval.opis import gtclips as G
 from worldeval.opis.case import mask_bbox
+from worldeval.opis.scoring import TAU_I, TAU_S
 from worldeval.runs import atomic_write_json, fingerprint_paths
 
 DIMENSIONS = ("association", "visibility", "identity", "structure")
@@ -57,8 +58,8 @@ class AuditConfig:
     device: str = "cpu"
     fps: float = 24.0
     workers: int = 1
-    tau_I: float = 0.35
-    tau_S: float = 0.35
+    tau_I: float = TAU_I
+    tau_S: float = TAU_S
     iou: float = 0.5
     partly_hidden: float = 0.5
     window_s: float = 1.0

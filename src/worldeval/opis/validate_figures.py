@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from worldeval.opis.scoring import TAU_I
+
 NOT_MEASURED = "not measured"
 
 
@@ -52,7 +54,7 @@ def matched_frames(rows: pd.DataFrame, frames: list[int]) -> set[int]:
     return {f for f in frames if f in rows.index and bool(rows.at[f, "matched"])}
 
 
-def identity_failures(rows: pd.DataFrame, all_rows: pd.DataFrame, tau_i: float = 0.35) -> tuple[int, int]:
+def identity_failures(rows: pd.DataFrame, all_rows: pd.DataFrame, tau_i: float = TAU_I) -> tuple[int, int]:
     """(frames where the target is matched with appearance < tau_I, of those the frames whose eq. 3 value is 0).
 
     Eq. 3 is recomputed here from the frame's rows (I_t = 0 when any valid appearance is below tau_I), so a
@@ -65,7 +67,7 @@ def identity_failures(rows: pd.DataFrame, all_rows: pd.DataFrame, tau_i: float =
     return len(low), failing
 
 
-def photo_recoloured(df: pd.DataFrame, records: dict, kept: float = 0.5, drop: float = 0.10, tau_i: float = 0.35) -> list[Figure]:
+def photo_recoloured(df: pd.DataFrame, records: dict, kept: float = 0.5, drop: float = 0.10, tau_i: float = TAU_I) -> list[Figure]:
     """Recoloured target still matched where the faithful one was, with lower appearance; its low frames fail eq. 3."""
     per, n_low, n_fail = {}, 0, 0
     for cid, rec in records.items():
@@ -182,7 +184,7 @@ def clip_figures(result: dict, presence_min: float = 80.0, agreement_min: float 
     return figs
 
 
-def clip_identity_failures(result: dict, tau_i: float = 0.35) -> Figure:
+def clip_identity_failures(result: dict, tau_i: float = TAU_I) -> Figure:
     """Real clips: frames where the recoloured object is matched with a < tau_I, and of those the ones eq. 3 fails."""
     from worldeval.opis.archive import read_archive
     from worldeval.opis.validate_real import CLIP_TARGET
@@ -200,7 +202,7 @@ def clip_identity_failures(result: dict, tau_i: float = 0.35) -> Figure:
     return Figure(name, f"{n_fail}/{n_low} frames", "at least one such frame, and all of them fail", _status(n_low > 0 and n_fail == n_low))
 
 
-def demo_figures(scores: dict, df: pd.DataFrame, tau_i: float = 0.35, p_min: float = 90.0) -> list[Figure]:
+def demo_figures(scores: dict, df: pd.DataFrame, tau_i: float = TAU_I, p_min: float = 90.0) -> list[Figure]:
     """The demo's figures: faithful models (oracle, static) P >= 90 on every case and above every forgetful
     model; forgetful-recolor shows identity failures (matched, a < tau_I) and keeps its Presence."""
     faithful, forgetful = ("oracle", "static"), [m for m in scores.get("models", {}) if m.startswith("forgetful")]

@@ -16,13 +16,13 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from worldeval.opis.scoring import TAU_I, TAU_S
 from worldeval.report import images, plots
 from worldeval.report.loaders import num as _num, OpisRun, read_archives, read_frames_record, resolve_path
 
 VARIANTS = ("strict", "no_gate", "no_coverage", "minimum", "uniform")
 DENSITY_BINS = ("<=20", "21-40", ">40")
 INTERVALS = ("1-4", "4-7", "7-10")
-DEFAULT_TAU = 0.35
 
 ScoreFn = Callable[[list[Path], str, int, int], dict]
 
@@ -72,7 +72,7 @@ def default_score_fn(paths: list[Path], variant: str, bootstrap: int, seed: int)
 # ---------------------------------------------------------------- per-frame series
 
 
-def frame_series(rows: pd.DataFrame, tau_i: float = DEFAULT_TAU, tau_s: float = DEFAULT_TAU) -> dict[str, list]:
+def frame_series(rows: pd.DataFrame, tau_i: float = TAU_I, tau_s: float = TAU_S) -> dict[str, list]:
     """Per sampled frame of one rollout: time and P_t, I_t, S_t on 0-100 (None where undefined).
 
     Follows SPEC section 3's frame rules: P_t needs every expected-visible
@@ -312,8 +312,8 @@ def build_opis(runs: list[OpisRun], *, score_fn: ScoreFn | None = None, bootstra
     leaderboard = _leaderboard(strict)
     models = [r["model"] for r in leaderboard]
     config = strict.get("config") or {}
-    tau_i = _num(_lookup(config, "tau_I", "tau_i")) or DEFAULT_TAU
-    tau_s = _num(_lookup(config, "tau_S", "tau_s")) or DEFAULT_TAU
+    tau_i = _num(_lookup(config, "tau_I", "tau_i")) or TAU_I
+    tau_s = _num(_lookup(config, "tau_S", "tau_s")) or TAU_S
 
     var_rows, deltas = [], {v: {} for v in variants if v != "strict"}
     for m in models:
