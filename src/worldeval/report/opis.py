@@ -2,8 +2,9 @@
 
 All numbers in the tables come from `worldeval.opis.scoring.score_runs` (one
 call per aggregation variant), so the report never disagrees with
-`worldeval opis score`. The only thing computed here is the per-frame P_t,
-I_t, S_t series drawn for each rollout, which the score JSON does not carry.
+`worldeval opis score`. The per-frame P_t, I_t, S_t series drawn for each
+rollout, which the score JSON does not carry, come from scoring's frame rules
+(`frame_evidence`, `frame_scores`) applied to that rollout's archive rows.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from worldeval.opis.scoring import TAU_I, TAU_S
+from worldeval.opis.archive import archive_keys
+from worldeval.opis.scoring import TAU_I, TAU_S, ScoreConfig, frame_evidence, frame_scores, variant_rules
 from worldeval.report import images, plots
 from worldeval.report.loaders import num as _num, OpisRun, read_archives, read_frames_record, resolve_path
 
@@ -75,30 +77,25 @@ def default_score_fn(paths: list[Path], variant: str, bootstrap: int, seed: int)
 def frame_series(rows: pd.DataFrame, tau_i: float = TAU_I, tau_s: float = TAU_S) -> dict[str, list]:
     """Per sampled frame of one rollout: time and P_t, I_t, S_t on 0-100 (None where undefined).
 
-    Follows SPEC section 3's frame rules: P_t needs every expected-visible
-    instance matched and no confirmed extra; I_t and S_t are the mean over the
-    frame's valid values, zeroed when any of them falls below its threshold.
+    The values are scoring's own (`frame_evidence` and `frame_scores` under the strict rules), so a
+    timeline never disagrees with the scores next to it.
     """
     out: dict[str, list] = {"frame": [], "time_s": [], "P": [], "I": [], "S": []}
     if rows.empty:
         return out
-    for frame, g in rows.sort_values("frame").groupby("frame", sort=True):
-        extra = g["extra"].astype(bool)
-        inst = g[~extra]
-        expected = inst[inst["visibility"] == "expected_visible"]
-        n_extra = int(extra.sum())
-        p = None
-        if len(expected) + n_extra > 0:
-            p = 100.0 * float(bool(expected["matched"].astype(bool).all()) and n_extra == 0)
-        a = inst.loc[inst["matched"].astype(bool), "appearance"].dropna().astype(float)
-        i = None if a.empty else 100.0 * float(a.min() >= tau_i) * float(a.mean())
-        s_vals = g["structure"].dropna().astype(float)
-        s = None if s_vals.empty else 100.0 * float(s_vals.min() >= tau_s) * float(s_vals.mean())
-        out["frame"].append(int(frame))
-        out["time_s"].append(float(g["time_s"].iloc[0]))
-        out["P"].append(p)
-        out["I"].append(i)
-        out["S"].append(s)
+    # All rows are one rollout's: the columns that tell cases apart and the track (coverage only)
+    # do not enter P_t, I_t, S_t, so constants stand in for them.
+    one = rows.assign(model="", case_id="", domain="", subcategory="", n_reference=0, track=None)
+    keys = archive_keys(one)
+    config = ScoreConfig(tau_I=tau_i, tau_S=tau_s, validate=False)
+    ev = frame_evidence(one, config, keys)
+    fs = frame_scores(ev, variant_rules("strict", config))
+    frame = np.empty(keys.n_frames, dtype=np.int64)
+    frame[keys.frame] = one["frame"].to_numpy()
+    out["frame"] = [int(f) for f in frame]
+    out["time_s"] = [float(t) for t in ev.time_s]
+    for name, value, defined in (("P", "P_t", "in_FP"), ("I", "I_t", "in_FI"), ("S", "S_t", "in_FS")):
+        out[name] = [100.0 * float(v) if ok else None for v, ok in zip(fs[value], fs[defined])]
     return out
 
 
