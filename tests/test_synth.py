@@ -315,7 +315,7 @@ def test_duplicate_keeps_clear_of_the_original(tmp_path):
     assert not inside.any()
 
 
-# ---------------------------------------------------------------- issue 10: camera paths, moved, resized, pasted
+# ---------------------------------------------------------------- camera paths, moved, resized, pasted
 
 
 def _peak(traj: PanTrajectory) -> int:

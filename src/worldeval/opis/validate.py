@@ -29,13 +29,16 @@ from worldeval.opis.synth import INTERVENTIONS, SYNTH_VERSION, SynthConfig, synt
 from worldeval.runs import atomic_write_json
 
 CHECKS = INTERVENTIONS
-# The checks of issue 3 (the pan camera); issue 10 added moved, resized, pasted and the camera paths.
-ISSUE3_CHECKS = ("faithful", "removed", "recoloured", "squeezed", "duplicated", "other_scene")
+# The faithful rollout, four edits of the target (removed, recoloured, squeezed, duplicated) and
+# another scene: every photo of coco_multiobj must pass these under the pan camera
+# (tests/test_validate_e2e.py). moved, resized, pasted and the tilt and zoom paths are measured on
+# the held-out photos instead (benchmarks/faithful_report.py), so no tuning is done on them.
+CORE_CHECKS = ("faithful", "removed", "recoloured", "squeezed", "duplicated", "other_scene")
 
 
 @dataclass
 class Thresholds:
-    """What each intervention must do to the evaluator's measurements (issue 3's acceptance rule)."""
+    """What each intervention must do to the evaluator's measurements for its check to pass."""
 
     faithful_opis: float = 60.0  # faithful OPIS at least this
     faithful_matched: float = 0.80  # target matched in at least this share of in-view frames
