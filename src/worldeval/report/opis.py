@@ -413,7 +413,8 @@ class _CaseViews:
 
     def case_rows(self, shown: list[str]) -> list[dict]:
         rows = []
-        for (m, c), cs in sorted(self.case_scores.items(), key=lambda kv: (str(kv[0][1]), self.order.get(kv[0][0], 1e9))):
+        by_case = sorted(self.case_scores.items(), key=lambda kv: (str(kv[0][1]), self.order.get(kv[0][0], 1e9)))
+        for (m, c), cs in by_case:
             rows.append({
                 "model": m, "case_id": c, "domain": cs.get("domain"), "subcategory": cs.get("subcategory"),
                 "P": _num(cs.get("P")), "I": _num(cs.get("I")), "S": _num(cs.get("S")), "C_S": _num(cs.get("C_S")),
