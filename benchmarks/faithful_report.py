@@ -1,4 +1,4 @@
-"""Issue 10's "Done when" figures, measured on the REPORTING part of ../shared/data only.
+"""The evaluator's acceptance figures (`worldeval.opis.check_figures`), measured on the REPORTING part of ../shared/data only.
 
 The hold-out split is `worldeval.opis.holdout` (docs/validation.md): three COCO
 photos and the four davis2016_more clips are reported on; nothing tuned on them.
@@ -25,7 +25,7 @@ from pathlib import Path
 
 def photo_part(args, out: Path, log) -> tuple[list, dict]:
     from worldeval.opis import holdout
-    from worldeval.opis import validate_figures as vf
+    from worldeval.opis import check_figures as vf
     from worldeval.opis.archive import read_archive
     from worldeval.opis.coco import build_coco_dataset
     from worldeval.opis.synth import CAMERA_PATHS, PanTrajectory, SynthConfig
@@ -50,7 +50,7 @@ def photo_part(args, out: Path, log) -> tuple[list, dict]:
 
 def clip_part(args, out: Path, log) -> tuple[list, dict]:
     from worldeval.opis import holdout
-    from worldeval.opis import validate_figures as vf
+    from worldeval.opis import check_figures as vf
     from worldeval.opis.validate_real import run_validate_clips
 
     clips = holdout.reporting_clips(args.data) if args.part == "reporting" else holdout.tuning_clips(args.data)
@@ -65,7 +65,7 @@ def clip_part(args, out: Path, log) -> tuple[list, dict]:
 def demo_part(out: Path, log) -> list:
     """The demo (skimage photos, not part of the shared data split: it was looked at while tuning)."""
     from worldeval.cli_demo import run_demo
-    from worldeval.opis import validate_figures as vf
+    from worldeval.opis import check_figures as vf
     from worldeval.opis.archive import read_archive
 
     summary = run_demo(out, bootstrap=0, quiet=True)
@@ -79,7 +79,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=Path("faithful_report_out"))
     ap.add_argument("--data", type=Path, default=None, help="the shared data folder (default ../shared/data)")
     ap.add_argument("--part", choices=("reporting", "tuning"), default="reporting",
-                    help="which part of the hold-out split to measure on (figures for issue 10 come from reporting)")
+                    help="which part of the hold-out split to measure on (the acceptance figures come from reporting)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--backend", default="classical")
     ap.add_argument("--seconds", type=float, default=5.0, help="length of the synthetic photo rollouts")
@@ -89,7 +89,7 @@ def main(argv=None) -> int:
     ap.add_argument("--demo", action="store_true", help="also run `worldeval demo` (a few minutes) and report its figures")
     args = ap.parse_args(argv)
     from worldeval.opis import holdout
-    from worldeval.opis import validate_figures as vf
+    from worldeval.opis import check_figures as vf
 
     args.data = args.data or holdout.SHARED_DATA
     args.out.mkdir(parents=True, exist_ok=True)
@@ -106,7 +106,7 @@ def main(argv=None) -> int:
     if args.demo:
         figs += demo_part(args.out / "demo", log)
     else:
-        figs.append(vf.not_measured("demo figures", "see issue 10", "run with --demo"))
+        figs.append(vf.not_measured("demo figures", "see check_figures.demo_figures", "run with --demo"))
     figs += [
         vf.not_measured("real: Presence on a crowded real scene", ">= 80", "no crowded clip with per-frame ground truth in ../shared/data"),
         vf.not_measured("classical speed", ">= 4 sampled frames/s", "benchmarks/opis_eval_speed.py"),

@@ -28,7 +28,7 @@ def clip_decisions(clip, res, th) -> tuple[int, int, int]:
     """(decisions, agreed by box IoU >= 0.3, agreed by mask IoU >= 0.5) of one evaluated clip."""
     from worldeval.opis.case import decode_rle
     from worldeval.opis.perception.association import box_iou
-    from worldeval.opis.synth import _box
+    from worldeval.opis.synth import int_box
     from worldeval.opis.validate_real import CLIP_TARGET
 
     total = float(clip.masks[0].size)
@@ -43,7 +43,7 @@ def clip_decisions(clip, res, th) -> tuple[int, int, int]:
         if area >= th.clear_area and area >= th.clear_of_first * first:
             n += 1
             if matched:
-                box_ok += box_iou(obj["box"], _box(gt)) >= th.association_iou
+                box_ok += box_iou(obj["box"], int_box(gt)) >= th.association_iou
                 m = decode_rle(obj["mask"]).astype(bool)
                 mask_ok += (m & gt).sum() / max(1, (m | gt).sum()) >= 0.5
         elif area < th.gone_area:

@@ -315,7 +315,7 @@ def test_duplicate_keeps_clear_of_the_original(tmp_path):
     assert not inside.any()
 
 
-# ---------------------------------------------------------------- issue 10: camera paths, moved, resized, pasted
+# ---------------------------------------------------------------- camera paths, moved, resized, pasted
 
 
 def _peak(traj: PanTrajectory) -> int:
@@ -372,9 +372,9 @@ def test_resize_shrinks_about_the_resting_point():
 def test_move_shifts_the_object_to_a_free_place():
     img, masks = _scene()
     others = masks["square"] | masks["person"]
-    from worldeval.opis.synth import _dilate
+    from worldeval.opis.synth import dilate
 
-    occupied = _dilate(others, 6)
+    occupied = dilate(others, 6)
     spot = find_move_spot(masks["disc"], occupied, np.ones_like(others), shift=0.6)
     side = 53  # the disc's box is 53 x 53 pixels
     d = math.hypot(spot["dx"], spot["dy"])

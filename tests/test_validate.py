@@ -165,7 +165,7 @@ def test_duplicate_extras_counted_only_where_the_copy_is_in_view():
 
 
 def test_rerendered_case_forgets_old_measurements(tmp_path):
-    from worldeval.opis.validate import _forget_case
+    from worldeval.opis.validate import forget_case
 
     runs = tmp_path / "runs"
     for m in ("faithful", "removed"):
@@ -176,7 +176,7 @@ def test_rerendered_case_forgets_old_measurements(tmp_path):
             st.write_text("{}")
         (runs / m / "measurements").mkdir(parents=True, exist_ok=True)
         (runs / m / "measurements" / f"{m}.parquet").write_bytes(b"stale")
-    _forget_case(runs, "c1")
+    forget_case(runs, "c1")
     assert not list(runs.glob("*/*/*/c1.*"))
     assert len(list(runs.glob("*/*/*/c2.*"))) == 4  # the other case keeps its parts and status
     assert not list(runs.glob("*/measurements/*.parquet"))

@@ -1,7 +1,6 @@
 """End to end: `opis validate` on the six real COCO photos of ../shared/data/coco_multiobj.
 
-Issue 3 required each check to pass on at least 90% of these cases. Issue 10's
-camera is fitted on the unannotated background only; on photos 443 and 599 the
+The camera is fitted on the unannotated background only; on photos 443 and 599 the
 objects cover over 90% of the picture, and only the background's own feature
 budget (classical backend, docs/backends.md) gives that camera enough support.
 Every case must pass every check. This is the real evaluator (classical
@@ -25,13 +24,13 @@ def test_validate_on_coco_multiobj(tmp_path):
         pytest.skip("shared data coco_multiobj not present")
     from worldeval.opis.coco import build_coco_dataset
     from worldeval.opis.synth import PanTrajectory, SynthConfig
-    from worldeval.opis.validate import ISSUE3_CHECKS as CHECKS
+    from worldeval.opis.validate import CORE_CHECKS as CHECKS
     from worldeval.opis.validate import ValidateConfig, run_validate
 
     ds = tmp_path / "coco"
     build_coco_dataset(DATA, ds)
-    # issue 3's checks on the pan camera; issue 10's (moved, resized, pasted, tilt, zoom) are measured by
-    # benchmarks/faithful_report.py on the held-out photos until the evaluator meets them
+    # the core checks on the pan camera; moved, resized, pasted, tilt and zoom are measured by
+    # benchmarks/faithful_report.py on the held-out photos
     cfg = ValidateConfig(synth=SynthConfig(trajectory=PanTrajectory(duration_s=3.5)), workers=2, checks=CHECKS)
     result = run_validate(ds, tmp_path / "out", cfg, log=lambda m: None)
     assert (tmp_path / "out" / "validate.json").exists()
@@ -41,6 +40,6 @@ def test_validate_on_coco_multiobj(tmp_path):
         name: [f"{cid}: {r['checks'][name].get('reason')}" for cid, r in result["cases"].items() if not r["checks"][name].get("passed")]
         for name in CHECKS
     }
-    # the camera is fitted on the background only (issue 10); every photo must still pass every check
+    # the camera is fitted on the background only; every photo must still pass every check
     for name in CHECKS:
         assert rates[name]["passed"] == rates[name]["cases"], (name, rates[name], failures[name])

@@ -59,10 +59,8 @@ def run_demo(out: Path, bootstrap: int = 1000, seed: int = 0, workers: int = 0, 
              models: tuple[str, ...] = DEMO_MODELS, console=None) -> dict[str, Any]:
     """Run the demo into `out`; returns the summary printed by `--json`."""
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from worldeval.demo import build_demo_dataset, demo_spec
-    from worldeval.opis.producers import get_producer, produce_dataset
+    from worldeval.demo import demo_spec
     from worldeval.runs import atomic_write_json
 
     console = console or Console(stderr=True)
@@ -70,30 +68,84 @@ def run_demo(out: Path, bootstrap: int = 1000, seed: int = 0, workers: int = 0, 
     timings: dict[str, float] = {}
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    dataset = out / "dataset"
-    spec = demo_spec()
-    n_cases = len(spec["cases"])
+    dataset, rollouts, runs = out / "dataset", out / "rollouts", out / "runs"
+    n_cases = len(demo_spec()["cases"])
 
-    def progress() -> Progress:
+    def progress():
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
         return Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         console=console, disable=quiet, transient=False)
 
     t0 = time.monotonic()
-    if not _dataset_current(dataset):
-        import shutil
-
-        # Rollouts and runs of an older demo dataset would be silently reused by resume: start clean.
-        for stale in (dataset, out / "rollouts", out / "runs"):
-            if stale.exists():
-                shutil.rmtree(stale)
-        with progress() as bar:
-            task = bar.add_task("annotating demo cases", total=n_cases)
-            build_demo_dataset(dataset, on_case=lambda cid: bar.advance(task))
-        atomic_write_json(dataset / "demo_spec.json", _demo_stamp())
+    _ensure_dataset(out, n_cases, progress)
     timings["dataset"] = time.monotonic() - t0
+    t0 = time.monotonic()
+    produce_errors = _render_rollouts(dataset, rollouts, models, seed, n_cases, progress)
+    timings["rollouts"] = time.monotonic() - t0
+    try:
+        from worldeval.opis.run import run_eval
+    except ImportError as exc:
+        raise DemoError(f"the OPIS evaluator is not available ({exc}); rollouts are in {rollouts}") from exc
+    t0 = time.monotonic()
+    eval_summaries = _evaluate(run_eval, dataset, rollouts, runs, models, workers, n_cases, progress)
+    timings["evaluate"] = time.monotonic() - t0
 
     t0 = time.monotonic()
-    rollouts = out / "rollouts"
+    from worldeval.opis.scoring import ScoreConfig, score_runs
+
+    run_dirs = [runs / name for name in models]
+    result = score_runs(run_dirs, ScoreConfig(bootstrap=bootstrap, seed=seed))
+    atomic_write_json(out / "scores.json", result)
+    timings["score"] = time.monotonic() - t0
+    ok, why = expected_order_ok(result["models"])
+    t0 = time.monotonic()
+    report_path, report_note = _write_report(run_dirs, out / "report.html", bootstrap, seed)
+    timings["report"] = time.monotonic() - t0
+    timings["total"] = time.monotonic() - t_start
+
+    summary = {
+        "out": str(out),
+        "dataset": str(dataset),
+        "runs": [str(p) for p in run_dirs],
+        "leaderboard": leaderboard(result),
+        "ranking_ok": ok,
+        "ranking": why,
+        "report": str(report_path) if report_path else None,
+        "report_note": report_note,
+        "produce_errors": produce_errors,
+        "eval_failures": {k: _failed_count(v) for k, v in eval_summaries.items()},
+        "seconds": {k: round(v, 2) for k, v in timings.items()},
+    }
+    atomic_write_json(out / "demo_summary.json", summary)
+    return summary
+
+
+def _ensure_dataset(out: Path, n_cases: int, progress) -> None:
+    """Build `out`/dataset unless this version already built it from the annotations it ships."""
+    from worldeval.demo import build_demo_dataset
+    from worldeval.runs import atomic_write_json
+
+    dataset = out / "dataset"
+    if _dataset_current(dataset):
+        return
+    import shutil
+
+    # Rollouts and runs of an older demo dataset would be silently reused by resume: start clean.
+    for stale in (dataset, out / "rollouts", out / "runs"):
+        if stale.exists():
+            shutil.rmtree(stale)
+    with progress() as bar:
+        task = bar.add_task("annotating demo cases", total=n_cases)
+        build_demo_dataset(dataset, on_case=lambda cid: bar.advance(task))
+    atomic_write_json(dataset / "demo_spec.json", _demo_stamp())
+
+
+def _render_rollouts(dataset: Path, rollouts: Path, models: tuple[str, ...], seed: int, n_cases: int,
+                     progress) -> dict:
+    """Every reference model's rollouts under `rollouts`/<model>; returns the producers' errors by model."""
+    from worldeval.opis.producers import get_producer, produce_dataset
+
     produce_errors = {}
     with progress() as bar:
         task = bar.add_task("rendering rollouts", total=n_cases * len(models))
@@ -102,15 +154,12 @@ def run_demo(out: Path, bootstrap: int = 1000, seed: int = 0, workers: int = 0, 
                                 on_case=lambda cid, rec: bar.advance(task))
             if s["failed"]:
                 produce_errors[name] = s["errors"]
-    timings["rollouts"] = time.monotonic() - t0
+    return produce_errors
 
-    try:
-        from worldeval.opis.run import run_eval
-    except ImportError as exc:
-        raise DemoError(f"the OPIS evaluator is not available ({exc}); rollouts are in {rollouts}") from exc
 
-    t0 = time.monotonic()
-    runs = out / "runs"
+def _evaluate(run_eval, dataset: Path, rollouts: Path, runs: Path, models: tuple[str, ...], workers: int,
+              n_cases: int, progress) -> dict:
+    """`opis eval` (classical backend) of every model's rollouts into `runs`/<model>; returns the run summaries."""
     eval_summaries = {}
     with progress() as bar:
         task = bar.add_task("evaluating (classical)", total=n_cases * len(models))
@@ -125,39 +174,7 @@ def run_demo(out: Path, bootstrap: int = 1000, seed: int = 0, workers: int = 0, 
             eval_summaries[name] = run_eval(dataset, rollouts / name, name, runs / name, backend="classical",
                                             device="cpu", workers=workers, progress=step, force=True)
         bar.update(task, description="evaluating (classical)", completed=n_cases * len(models))
-    timings["evaluate"] = time.monotonic() - t0
-
-    t0 = time.monotonic()
-    from worldeval.opis.scoring import ScoreConfig, score_runs
-
-    run_dirs = [runs / name for name in models]
-    result = score_runs(run_dirs, ScoreConfig(bootstrap=bootstrap, seed=seed))
-    atomic_write_json(out / "scores.json", result)
-    timings["score"] = time.monotonic() - t0
-
-    ok, why = expected_order_ok(result["models"])
-
-    t0 = time.monotonic()
-    report_path, report_note = _write_report(run_dirs, out / "report.html", bootstrap, seed)
-    timings["report"] = time.monotonic() - t0
-    timings["total"] = time.monotonic() - t_start
-
-    board = leaderboard(result)
-    summary = {
-        "out": str(out),
-        "dataset": str(dataset),
-        "runs": [str(p) for p in run_dirs],
-        "leaderboard": board,
-        "ranking_ok": ok,
-        "ranking": why,
-        "report": str(report_path) if report_path else None,
-        "report_note": report_note,
-        "produce_errors": produce_errors,
-        "eval_failures": {k: _failed_count(v) for k, v in eval_summaries.items()},
-        "seconds": {k: round(v, 2) for k, v in timings.items()},
-    }
-    atomic_write_json(out / "demo_summary.json", summary)
-    return summary
+    return eval_summaries
 
 
 class DemoError(RuntimeError):

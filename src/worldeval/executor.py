@@ -132,11 +132,6 @@ class ItemTimeout(WorkerCrashed):
         ItemError.__init__(self, "ItemTimeout", message, file, field, traceback)
 
 
-def error_record(exc: BaseException) -> dict:
-    """Status-record form of any exception an item produced."""
-    return ItemError.from_exception(exc).to_record()
-
-
 # --------------------------------------------------------------------------- per-worker cache
 
 _WORKER_CACHE: dict[Any, Any] = {}
@@ -154,10 +149,6 @@ def worker_cache(key: Any, factory: Callable[[], Any]) -> Any:
     except KeyError:
         obj = _WORKER_CACHE[key] = factory()
         return obj
-
-
-def clear_worker_cache() -> None:
-    _WORKER_CACHE.clear()
 
 
 def default_resources(backend: str, device: str = "cpu") -> dict:
@@ -359,36 +350,15 @@ def run_items(
     Returns a RunSummary; `results` (input order) is filled only when on_result is None.
     """
     items = list(items)
-    if executor not in EXECUTORS:
-        raise ValueError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
-    if workers < 0:
-        raise ValueError(f"workers must be >= 0, got {workers}")
-    if executor == "ray" and workers == 0:
-        raise ValueError("workers=0 (in-process) is only available with the local executor")
+    _check_choice(executor, workers)
     limits = _Limits(
         crash_retries=crash_retries,
         item_timeout=_env_seconds(item_timeout, "WORLDEVAL_ITEM_TIMEOUT_S"),
         stall_timeout=_env_seconds(stall_timeout, "WORLDEVAL_STALL_TIMEOUT_S"),
     )
     summary = RunSummary(total=len(items), executor=executor, workers=workers)
-    collected: list[Any] | None = [None] * len(items) if on_result is None else None
     prog = _Progress(progress, len(items))
-
-    def deliver(idx: int, status: str, payload: Any, seconds: float = 0.0) -> None:
-        summary.item_seconds += seconds
-        if status == "ok":
-            summary.done += 1
-        else:
-            summary.failed += 1
-            if isinstance(payload, WorkerCrashed):
-                summary.crashed += 1
-            summary.failures.append((idx, payload))
-        if on_result is not None:
-            on_result(items[idx], payload)
-        else:
-            collected[idx] = payload
-        prog.step()
-
+    deliver = _Deliver(items, on_result, summary, prog)
     if threads_per_worker is None and os.environ.get("WORLDEVAL_THREADS_PER_WORKER"):
         threads_per_worker = int(os.environ["WORLDEVAL_THREADS_PER_WORKER"])
     t0 = time.perf_counter()
@@ -400,146 +370,201 @@ def run_items(
                 deliver(i, *_invoke(fn, item))
         elif executor == "local":
             threads = threads_per_worker or max(1, (os.cpu_count() or 1) // workers)
-            _run_local(fn, items, workers, threads, limits, start_method, deliver, summary)
+            _LocalRun(fn, items, workers, threads, limits, start_method, deliver, summary).run()
         else:
             threads = threads_per_worker or max(1, int((resources or {}).get("num_cpus", 1)))
             _run_ray(fn, items, workers, address, resources, threads, limits, deliver, summary)
     finally:
         prog.close()
         summary.wall_s = time.perf_counter() - t0
-    summary.results = collected
+    summary.results = deliver.collected
     return summary
 
 
-def _run_local(fn, items, workers, threads, limits: _Limits, start_method, deliver, summary) -> None:
-    method = start_method or os.environ.get("WORLDEVAL_START_METHOD") or "spawn"
-    ctx = mp.get_context(method)
-    if method == "forkserver":
-        # Import the work's module once in the fork server; workers are then forked from it
-        # instead of each importing torch & co. (only effective before the server first starts).
-        mod = getattr(fn, "__module__", None)
-        if mod and mod != "__main__":
-            ctx.set_forkserver_preload([mod])
-    started = ctx.Value("i", 0)
+def _check_choice(executor: str, workers: int) -> None:
+    if executor not in EXECUTORS:
+        raise ValueError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
+    if workers < 0:
+        raise ValueError(f"workers must be >= 0, got {workers}")
+    if executor == "ray" and workers == 0:
+        raise ValueError("workers=0 (in-process) is only available with the local executor")
 
-    def new_pool() -> ProcessPoolExecutor:
-        started.value = 0
-        return ProcessPoolExecutor(
-            max_workers=workers, mp_context=ctx, initializer=_init_worker, initargs=(threads, started)
-        )
 
-    queue = deque(range(len(items)))
-    suspects: deque[int] = deque()  # items that were in flight when a worker died
-    strikes: Counter[int] = Counter()
-    inflight: dict = {}  # future -> item index
-    handed: dict = {}  # future -> time it was handed out
-    timed_out: set[int] = set()
-    start_failures = 0
-    last_progress = time.monotonic()
-    pool = new_pool()
+class _Deliver:
+    """Hands each finished item to `on_result` (or keeps it, in input order) and counts it in the summary."""
 
-    def submit(i: int) -> bool:
+    def __init__(self, items: list, on_result: Callable[[Any, Any], None] | None, summary: RunSummary,
+                 prog: _Progress):
+        self.items, self.on_result, self.summary, self.prog = items, on_result, summary, prog
+        self.collected: list[Any] | None = [None] * len(items) if on_result is None else None
+
+    def __call__(self, idx: int, status: str, payload: Any, seconds: float = 0.0) -> None:
+        summary = self.summary
+        summary.item_seconds += seconds
+        if status == "ok":
+            summary.done += 1
+        else:
+            summary.failed += 1
+            if isinstance(payload, WorkerCrashed):
+                summary.crashed += 1
+            summary.failures.append((idx, payload))
+        if self.on_result is not None:
+            self.on_result(self.items[idx], payload)
+        else:
+            self.collected[idx] = payload
+        self.prog.step()
+
+
+class _LocalRun:
+    """One run_items call on a process pool: hands out items, watches deadlines, rebuilds the pool after a crash."""
+
+    def __init__(self, fn, items, workers, threads, limits: _Limits, start_method, deliver, summary):
+        self.fn, self.items, self.workers, self.threads = fn, items, workers, threads
+        self.limits, self.deliver, self.summary = limits, deliver, summary
+        self.method = start_method or os.environ.get("WORLDEVAL_START_METHOD") or "spawn"
+        self.ctx = mp.get_context(self.method)
+        if self.method == "forkserver":
+            # Import the work's module once in the fork server; workers are then forked from it
+            # instead of each importing torch & co. (only effective before the server first starts).
+            mod = getattr(fn, "__module__", None)
+            if mod and mod != "__main__":
+                self.ctx.set_forkserver_preload([mod])
+        self.started = self.ctx.Value("i", 0)
+        self.queue = deque(range(len(items)))
+        self.suspects: deque[int] = deque()  # items that were in flight when a worker died
+        self.strikes: Counter[int] = Counter()
+        self.inflight: dict = {}  # future -> item index
+        self.handed: dict = {}  # future -> time it was handed out
+        self.timed_out: set[int] = set()
+        self.start_failures = 0
+        self.last_progress = time.monotonic()
+        self.pool = self.new_pool()
+
+    def new_pool(self) -> ProcessPoolExecutor:
+        self.started.value = 0
+        return ProcessPoolExecutor(max_workers=self.workers, mp_context=self.ctx, initializer=_init_worker,
+                                   initargs=(self.threads, self.started))
+
+    def run(self) -> None:
         try:
-            fut = pool.submit(_invoke, fn, items[i])
+            while self.queue or self.suspects or self.inflight:
+                if self.fill() and not self.inflight:
+                    self.restart_idle_pool()
+                    continue
+                crashed: list[int] = []
+                for fut in self.wait_done():
+                    i = self.inflight.pop(fut)
+                    self.handed.pop(fut, None)
+                    _collect(fut, i, self.deliver, crashed)
+                if crashed:
+                    self.recover(crashed)
+        except BaseException:
+            _kill_pool(self.pool)
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        self.pool.shutdown(wait=True)
+
+    def submit(self, i: int) -> bool:
+        try:
+            fut = self.pool.submit(_invoke, self.fn, self.items[i])
         except BrokenProcessPool:
             # a worker died since the last look (possibly while idle)
             return False
-        inflight[fut] = i
-        handed[fut] = time.monotonic()
+        self.inflight[fut] = i
+        self.handed[fut] = time.monotonic()
         return True
 
-    try:
-        while queue or suspects or inflight:
-            broken = False
-            if suspects:
-                # run suspects alone, so a second crash is pinned on the item that causes it
-                if not inflight:
-                    i = suspects.popleft()
-                    if not submit(i):
-                        suspects.appendleft(i)
-                        broken = True
-            else:
-                while queue and len(inflight) < workers:
-                    i = queue.popleft()
-                    if not submit(i):
-                        queue.appendleft(i)
-                        broken = True
-                        break
-            if broken and not inflight:
-                # The pool broke with nothing in flight: no item is to blame, just start a new one.
-                idle_start = started.value == 0
-                exitcodes = _exitcodes(pool)
-                _discard_pool(pool)
-                summary.pool_restarts += 1
-                start_failures = start_failures + 1 if idle_start else 0
-                if start_failures >= 2:
-                    raise WorkerStartError(_start_error(method, exitcodes))
-                pool = new_pool()
-                continue
-            timeout = limits.wait_s(time.monotonic(), handed.values(), last_progress)
-            done, _ = wait(list(inflight), timeout=timeout, return_when=FIRST_COMPLETED)
-            now = time.monotonic()
-            late = [
-                f for f, t in handed.items() if limits.item_timeout and now - t >= limits.item_timeout and f not in done
-            ]
-            if late:
-                # A pool cannot stop one task: kill its processes; the in-flight items then
-                # take the crash path below (the late ones as ItemTimeout).
-                timed_out.update(inflight[f] for f in late)
-                _kill_pool(pool)
-                more, _ = wait([f for f in inflight if f not in done], timeout=60, return_when=ALL_COMPLETED)
-                done = set(done) | set(more)
-            elif not done:
-                if limits.stalled(now, last_progress):
-                    raise ExecutorStalled(f"no item finished in {limits.stall_timeout:g} s ({len(inflight)} in flight)")
-                continue
-            last_progress = now
-            crashed: list[int] = []
-            for fut in done:
-                i = inflight.pop(fut)
-                handed.pop(fut, None)
-                _collect(fut, i, deliver, crashed)
-            if not crashed:
-                continue
-            # The pool is broken: every other in-flight future fails too (or finished just before).
-            if inflight:
-                # Bounded: a broken pool can leave a future that never resolves; count it as crashed.
-                wait(list(inflight), timeout=60, return_when=ALL_COMPLETED)
-                for fut, i in list(inflight.items()):
-                    if fut.done():
-                        _collect(fut, i, deliver, crashed)
-                    else:
-                        crashed.append(i)
-                inflight.clear()
-                handed.clear()
-            exitcodes = _exitcodes(pool)
-            _discard_pool(pool)
-            summary.pool_restarts += 1
-            if started.value == 0 and not timed_out:
-                # No worker of this pool got as far as an item: the items are not to blame.
-                start_failures += 1
-                if start_failures >= 2:
-                    raise WorkerStartError(_start_error(method, exitcodes))
-                queue.extendleft(sorted(crashed, reverse=True))
-                pool = new_pool()
-                continue
-            start_failures = 0
-            pool = new_pool()
-            alone = len(crashed) == 1
-            for i in sorted(crashed):
-                strikes[i] += 1
-                late = limits.item_timeout if i in timed_out else None
-                timed_out.discard(i)
-                if strikes[i] > limits.crash_retries:
-                    where = "alone in its worker" if alone else f"with {len(crashed) - 1} other item(s) in flight"
-                    deliver(i, "error", _crash_error(strikes[i], where, exitcodes, late))
+    def fill(self) -> bool:
+        """Hand out what may run now; True when the pool turned out to be broken."""
+        if self.suspects:
+            # run suspects alone, so a second crash is pinned on the item that causes it
+            if not self.inflight:
+                i = self.suspects.popleft()
+                if not self.submit(i):
+                    self.suspects.appendleft(i)
+                    return True
+            return False
+        while self.queue and len(self.inflight) < self.workers:
+            i = self.queue.popleft()
+            if not self.submit(i):
+                self.queue.appendleft(i)
+                return True
+        return False
+
+    def restart_idle_pool(self) -> None:
+        """The pool broke with nothing in flight: no item is to blame, just start a new one."""
+        idle_start = self.started.value == 0
+        exitcodes = _exitcodes(self.pool)
+        _discard_pool(self.pool)
+        self.summary.pool_restarts += 1
+        self.start_failures = self.start_failures + 1 if idle_start else 0
+        if self.start_failures >= 2:
+            raise WorkerStartError(_start_error(self.method, exitcodes))
+        self.pool = self.new_pool()
+
+    def wait_done(self) -> set:
+        """Futures that finished (or were ended for running late); empty when none did before a deadline."""
+        limits = self.limits
+        timeout = limits.wait_s(time.monotonic(), self.handed.values(), self.last_progress)
+        done, _ = wait(list(self.inflight), timeout=timeout, return_when=FIRST_COMPLETED)
+        now = time.monotonic()
+        late = [f for f, t in self.handed.items()
+                if limits.item_timeout and now - t >= limits.item_timeout and f not in done]
+        if late:
+            # A pool cannot stop one task: kill its processes; the in-flight items then
+            # take the crash path (the late ones as ItemTimeout).
+            self.timed_out.update(self.inflight[f] for f in late)
+            _kill_pool(self.pool)
+            more, _ = wait([f for f in self.inflight if f not in done], timeout=60, return_when=ALL_COMPLETED)
+            done = set(done) | set(more)
+        elif not done:
+            if limits.stalled(now, self.last_progress):
+                raise ExecutorStalled(
+                    f"no item finished in {limits.stall_timeout:g} s ({len(self.inflight)} in flight)")
+            return set()
+        self.last_progress = now
+        return done
+
+    def recover(self, crashed: list[int]) -> None:
+        """A worker died: collect what the broken pool still holds, start a new pool, retry or report the items."""
+        # The pool is broken: every other in-flight future fails too (or finished just before).
+        if self.inflight:
+            # Bounded: a broken pool can leave a future that never resolves; count it as crashed.
+            wait(list(self.inflight), timeout=60, return_when=ALL_COMPLETED)
+            for fut, i in list(self.inflight.items()):
+                if fut.done():
+                    _collect(fut, i, self.deliver, crashed)
                 else:
-                    suspects.append(i)
-    except BaseException:
-        _kill_pool(pool)
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown(wait=True)
+                    crashed.append(i)
+            self.inflight.clear()
+            self.handed.clear()
+        exitcodes = _exitcodes(self.pool)
+        _discard_pool(self.pool)
+        self.summary.pool_restarts += 1
+        if self.started.value == 0 and not self.timed_out:
+            # No worker of this pool got as far as an item: the items are not to blame.
+            self.start_failures += 1
+            if self.start_failures >= 2:
+                raise WorkerStartError(_start_error(self.method, exitcodes))
+            self.queue.extendleft(sorted(crashed, reverse=True))
+            self.pool = self.new_pool()
+            return
+        self.start_failures = 0
+        self.pool = self.new_pool()
+        self.strike(crashed, exitcodes)
+
+    def strike(self, crashed: list[int], exitcodes) -> None:
+        """Count one crash against each item; past crash_retries it is reported, else it runs again alone."""
+        alone = len(crashed) == 1
+        for i in sorted(crashed):
+            self.strikes[i] += 1
+            late = self.limits.item_timeout if i in self.timed_out else None
+            self.timed_out.discard(i)
+            if self.strikes[i] > self.limits.crash_retries:
+                where = "alone in its worker" if alone else f"with {len(crashed) - 1} other item(s) in flight"
+                self.deliver(i, "error", _crash_error(self.strikes[i], where, exitcodes, late))
+            else:
+                self.suspects.append(i)
 
 
 def _start_error(method: str, exitcodes) -> str:
@@ -688,6 +713,12 @@ def _run_ray(fn, items, workers, address, resources, threads, limits: _Limits, d
         raise RuntimeError("the ray executor needs the optional extra: pip install 'worldeval[ray]'") from exc
     started = _ray_init(address)
     opts = _ray_options(resources)
+    workers = _fit_workers(ray, opts, workers, started, summary)
+    _RayRun(ray, RayActorError, fn, items, workers, threads, opts, started, limits, deliver, summary).run()
+
+
+def _fit_workers(ray, opts: dict, workers: int, started: bool, summary: RunSummary) -> int:
+    """`workers`, or fewer when the cluster cannot hold that many actors at once."""
     capacity, why = _ray_capacity(ray, opts)
     if capacity is not None and capacity < 1:
         if started:
@@ -697,111 +728,139 @@ def _run_ray(fn, items, workers, address, resources, threads, limits: _Limits, d
         # an actor that can never be placed would hold its item forever
         import warnings
 
-        warnings.warn(f"--workers {workers} reduced to {capacity}: the Ray cluster fits no more ({why})", stacklevel=3)
+        # stacklevel 4 names the line that called run_items (_fit_workers < _run_ray < run_items < it)
+        warnings.warn(f"--workers {workers} reduced to {capacity}: the Ray cluster fits no more ({why})", stacklevel=4)
         workers = capacity
         summary.workers = workers
-    Actor = ray.remote(_RayWorker).options(**opts)
-    key = _warm_key(ray, opts, threads)
-    warm = _WARM_ACTORS.pop(key, [])
-    # Warm actors made with other options would hold cluster resources this run may need.
-    shutdown_workers()
-    for extra in warm[workers:]:
-        _kill(ray, extra)
-    warm = warm[:workers]
+    return workers
 
-    # An actor gets items only once it answers a ping, i.e. once Ray has placed it: an item
-    # handed to an actor still waiting for resources would wait with it while others sit idle.
-    starting: dict = {}  # ping ref -> actor
 
-    def start(actor) -> None:
-        starting[actor.pid.remote()] = actor
+class _RayRun:
+    """One run_items call on Ray actors: feeds idle actors, replaces dead ones, keeps warm actors for the next call."""
 
-    for actor in warm + [Actor.remote(threads) for _ in range(workers - len(warm))]:
-        start(actor)
-    idle: deque = deque()
-    queue = deque(range(len(items)))
-    strikes: Counter[int] = Counter()
-    inflight: dict = {}  # ObjectRef -> (item index, actor, time handed out)
-    timed_out: set[int] = set()
-    finished = False
-    start_failures = 0
-    last_progress = time.monotonic()
+    def __init__(self, ray, actor_error, fn, items, workers, threads, opts: dict, started: bool, limits: _Limits,
+                 deliver, summary):
+        self.ray, self.actor_error, self.fn, self.items = ray, actor_error, fn, items
+        self.workers, self.threads, self.started = workers, threads, started
+        self.limits, self.deliver, self.summary = limits, deliver, summary
+        self.Actor = ray.remote(_RayWorker).options(**opts)
+        self.key = _warm_key(ray, opts, threads)
+        warm = _WARM_ACTORS.pop(self.key, [])
+        # Warm actors made with other options would hold cluster resources this run may need.
+        shutdown_workers()
+        for extra in warm[workers:]:
+            _kill(ray, extra)
+        warm = warm[:workers]
+        # An actor gets items only once it answers a ping, i.e. once Ray has placed it: an item
+        # handed to an actor still waiting for resources would wait with it while others sit idle.
+        self.starting: dict = {}  # ping ref -> actor
+        for actor in warm + [self.Actor.remote(threads) for _ in range(workers - len(warm))]:
+            self.start(actor)
+        self.idle: deque = deque()
+        self.queue = deque(range(len(items)))
+        self.strikes: Counter[int] = Counter()
+        self.inflight: dict = {}  # ObjectRef -> (item index, actor, time handed out)
+        self.timed_out: set[int] = set()
+        self.start_failures = 0
+        self.last_progress = time.monotonic()
 
-    def crashed(i: int, actor, exc: BaseException) -> None:
-        summary.pool_restarts += 1
-        _kill(ray, actor)
-        start(Actor.remote(threads))
+    def start(self, actor) -> None:
+        self.starting[actor.pid.remote()] = actor
+
+    def run(self) -> None:
+        finished = False
+        try:
+            while self.queue or self.inflight:
+                while self.queue and self.idle:
+                    i = self.queue.popleft()
+                    actor = self.idle.popleft()
+                    self.inflight[actor.run.remote(self.fn, self.items[i])] = (i, actor, time.monotonic())
+                for ref in self.wait_ready():
+                    if ref in self.starting:
+                        self.placed(ref)
+                    else:
+                        self.item_done(ref)
+            finished = True
+        finally:
+            self.close(finished)
+
+    def wait_ready(self) -> list:
+        """Refs that are ready (at most one); empty when a deadline came first. Kills the actors of late items."""
+        ray, limits = self.ray, self.limits
+        timeout = limits.wait_s(time.monotonic(), [t for _, _, t in self.inflight.values()], self.last_progress)
+        ready, _ = ray.wait(list(self.inflight) + list(self.starting), num_returns=1, timeout=timeout)
+        now = time.monotonic()
+        for ref, (i, actor, t) in self.inflight.items():
+            if limits.item_timeout and now - t >= limits.item_timeout and ref not in ready and i not in self.timed_out:
+                # killing the actor makes its pending result raise RayActorError: the crash path
+                self.timed_out.add(i)
+                _kill(ray, actor)
+        if not ready:
+            if not self.timed_out and limits.stalled(now, self.last_progress):
+                raise ExecutorStalled(
+                    f"no item finished in {limits.stall_timeout:g} s ({len(self.inflight)} in flight, "
+                    f"{len(self.starting)} Ray worker(s) not yet placed; cluster resources: {ray.available_resources()})"
+                )
+            return []
+        self.last_progress = now
+        return ready
+
+    def placed(self, ref) -> None:
+        """A new actor answered its ping (it is placed and idle), or died before its first item."""
+        actor = self.starting.pop(ref)
+        try:
+            self.ray.get(ref)
+        except self.actor_error as exc:
+            self.start_failures += 1
+            if self.start_failures > 2 * self.workers + 2:
+                raise RuntimeError(f"Ray workers keep dying before their first item: {exc}") from exc
+            self.crashed(-1, actor, exc)
+            return
+        self.idle.append(actor)
+
+    def item_done(self, ref) -> None:
+        i, actor, _ = self.inflight.pop(ref)
+        try:
+            status, payload, seconds = self.ray.get(ref)
+        except self.actor_error as exc:
+            # the actor's process died; only this item was running on it
+            self.crashed(i, actor, exc)
+            return
+        except Exception as exc:
+            self.idle.append(actor)
+            self.deliver(i, "error", ItemError.from_exception(exc))
+            return
+        self.idle.append(actor)
+        self.deliver(i, status, payload, seconds)
+
+    def crashed(self, i: int, actor, exc: BaseException) -> None:
+        """Replace a dead actor; item i (-1: none) runs again or, past crash_retries, is reported."""
+        self.summary.pool_restarts += 1
+        _kill(self.ray, actor)
+        self.start(self.Actor.remote(self.threads))
         if i < 0:
             return
-        strikes[i] += 1
-        late = limits.item_timeout if i in timed_out else None
-        timed_out.discard(i)
-        if strikes[i] > limits.crash_retries:
+        self.strikes[i] += 1
+        late = self.limits.item_timeout if i in self.timed_out else None
+        self.timed_out.discard(i)
+        if self.strikes[i] > self.limits.crash_retries:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            deliver(i, "error", _crash_error(strikes[i], f"Ray actor: {first}", [], late))
+            self.deliver(i, "error", _crash_error(self.strikes[i], f"Ray actor: {first}", [], late))
         else:
-            queue.appendleft(i)
+            self.queue.appendleft(i)
 
-    try:
-        while queue or inflight:
-            while queue and idle:
-                i = queue.popleft()
-                actor = idle.popleft()
-                inflight[actor.run.remote(fn, items[i])] = (i, actor, time.monotonic())
-            timeout = limits.wait_s(time.monotonic(), [t for _, _, t in inflight.values()], last_progress)
-            ready, _ = ray.wait(list(inflight) + list(starting), num_returns=1, timeout=timeout)
-            now = time.monotonic()
-            for ref, (i, actor, t) in inflight.items():
-                if limits.item_timeout and now - t >= limits.item_timeout and ref not in ready and i not in timed_out:
-                    # killing the actor makes its pending result raise RayActorError: the crash path
-                    timed_out.add(i)
-                    _kill(ray, actor)
-            if not ready:
-                if not timed_out and limits.stalled(now, last_progress):
-                    raise ExecutorStalled(
-                        f"no item finished in {limits.stall_timeout:g} s ({len(inflight)} in flight, "
-                        f"{len(starting)} Ray worker(s) not yet placed; cluster resources: {ray.available_resources()})"
-                    )
-                continue
-            last_progress = now
-            for ref in ready:
-                if ref in starting:
-                    actor = starting.pop(ref)
-                    try:
-                        ray.get(ref)
-                    except RayActorError as exc:
-                        start_failures += 1
-                        if start_failures > 2 * workers + 2:
-                            raise RuntimeError(f"Ray workers keep dying before their first item: {exc}") from exc
-                        crashed(-1, actor, exc)
-                        continue
-                    idle.append(actor)
-                    continue
-                i, actor, _ = inflight.pop(ref)
-                try:
-                    status, payload, seconds = ray.get(ref)
-                except RayActorError as exc:
-                    # the actor's process died; only this item was running on it
-                    crashed(i, actor, exc)
-                    continue
-                except Exception as exc:
-                    idle.append(actor)
-                    deliver(i, "error", ItemError.from_exception(exc))
-                    continue
-                idle.append(actor)
-                deliver(i, status, payload, seconds)
-        finished = True
-    finally:
-        for _, actor, _ in inflight.values():
+    def close(self, finished: bool) -> None:
+        ray = self.ray
+        for _, actor, _ in self.inflight.values():
             _kill(ray, actor)
-        if started:
+        if self.started:
             ray.shutdown()
             _WARM_ACTORS.clear()
         elif finished:
             # actors still starting are kept too: the next call will find them placed
-            _WARM_ACTORS[key] = list(idle) + list(starting.values())
+            _WARM_ACTORS[self.key] = list(self.idle) + list(self.starting.values())
         else:
-            for actor in list(idle) + list(starting.values()):
+            for actor in list(self.idle) + list(self.starting.values()):
                 _kill(ray, actor)
 
 

@@ -106,11 +106,12 @@ def parse_object_option(text: str, point: bool = False, where: str = "--object")
     want = 2 if point else 4
     if len(nums) != want:
         raise AnnotateError(where, "object", f"{text!r}: expected {want} numbers after ':'")
-    return _check_prompt(ObjectPrompt(phrase=phrase.strip(), point=nums if point else None,
+    return check_prompt(ObjectPrompt(phrase=phrase.strip(), point=nums if point else None,
                                       box=None if point else nums), where, 0)
 
 
-def _check_prompt(p: ObjectPrompt, file: str | Path, k: int) -> ObjectPrompt:
+def check_prompt(p: ObjectPrompt, file: str | Path, k: int) -> ObjectPrompt:
+    """`p` itself when its fields are usable; else AnnotateError naming `file` and `objects[k]`."""
     where = f"objects[{k}]"
     if not p.phrase or not p.phrase.strip():
         raise AnnotateError(file, f"{where}.phrase", "must be a non-empty noun phrase")
@@ -159,7 +160,7 @@ def load_spec_file(path: str | Path) -> tuple[AnnotateSpec, Path | None]:
         if bad:
             raise AnnotateError(path, f"objects[{k}].{sorted(bad)[0]}", "unknown field")
         try:
-            prompts.append(_check_prompt(ObjectPrompt(**o), path, k))
+            prompts.append(check_prompt(ObjectPrompt(**o), path, k))
         except TypeError as exc:
             raise AnnotateError(path, f"objects[{k}]", str(exc)) from exc
     spec = AnnotateSpec(objects=prompts, **kwargs)

@@ -31,6 +31,7 @@ import numpy as np
 
 from worldeval.opis import gtclips as G
 from worldeval.opis.case import mask_bbox
+from worldeval.opis.scoring import TAU_I, TAU_S
 from worldeval.runs import atomic_write_json, fingerprint_paths
 
 DIMENSIONS = ("association", "visibility", "identity", "structure")
@@ -57,8 +58,8 @@ class AuditConfig:
     device: str = "cpu"
     fps: float = 24.0
     workers: int = 1
-    tau_I: float = 0.35
-    tau_S: float = 0.35
+    tau_I: float = TAU_I
+    tau_S: float = TAU_S
     iou: float = 0.5
     partly_hidden: float = 0.5
     window_s: float = 1.0
@@ -83,7 +84,7 @@ def _clip_fingerprint(clip: G.GTClip, donor: G.GTClip | None, cfg: AuditConfig) 
 
 def prepare_clip(clip: G.GTClip, donor: G.GTClip | None, out: Path, cfg: AuditConfig) -> dict:
     """Case and variant rollouts of one clip (kept when its record matches); returns the record."""
-    from worldeval.opis.validate import _forget_case
+    from worldeval.opis.validate import forget_case
 
     rec_path = out / "gt" / f"{clip.name}.json"
     fp = _clip_fingerprint(clip, donor, cfg)
@@ -94,7 +95,7 @@ def prepare_clip(clip: G.GTClip, donor: G.GTClip | None, out: Path, cfg: AuditCo
                 return rec
         except (json.JSONDecodeError, KeyError):
             pass  # torn record: write again
-    _forget_case(out / "runs", clip.name)
+    forget_case(out / "runs", clip.name)
     G.build_case(clip, out / "cases" / clip.name)
     rec = {"clip": clip.name, "fingerprint": fp, "videos": {}, "skipped": {},
            "target": clip.instance_id(G.target_value(clip)), "paste": None}

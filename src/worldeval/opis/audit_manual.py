@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from worldeval.opis.audit import DIMENSIONS, agreement
+from worldeval.opis.scoring import TAU_I, TAU_S
 from worldeval.runs import atomic_write_json, atomic_write_text
 
 VISIBILITY_LABELS = ("expected_visible", "occluded", "out_of_view", "too_small", "unknown")
@@ -57,7 +58,7 @@ def _label(x: float | None, tau: float) -> str | None:
     return "preserved" if x >= tau else "changed"
 
 
-def decisions_of(run_dir: Path, tau_I: float = 0.35, tau_S: float = 0.35) -> list[Decision]:
+def decisions_of(run_dir: Path, tau_I: float = TAU_I, tau_S: float = TAU_S) -> list[Decision]:
     """Every object-frame decision of the run, per dimension (identity/structure only where measured)."""
     from worldeval.report.loaders import load_opis_run, read_archives
 
@@ -208,7 +209,7 @@ def build_item(d: Decision, k: int, media: _Media) -> tuple[dict, dict]:
 
 
 def sample_audit(run_dir: str | Path, out: str | Path, per_dimension: int = 150, seed: int = 0,
-                 tau_I: float = 0.35, tau_S: float = 0.35, max_side: int = 640) -> dict:
+                 tau_I: float = TAU_I, tau_S: float = TAU_S, max_side: int = 640) -> dict:
     """Write AUDIT/audit.html, items.json and key.json; returns {"items", "per_dimension": {dim: n}}."""
     run_dir, out = Path(run_dir), Path(out)
     chosen = stratified(decisions_of(run_dir, tau_I, tau_S), per_dimension, seed)
@@ -297,7 +298,7 @@ def agree(audit_dir: str | Path, labels_path: str | Path) -> dict:
 # ----------------------------------------------------------------------------- claim repeatability
 
 
-def claim_judgments(run_dir: Path, tau_S: float = 0.35) -> tuple[dict[tuple, str], str]:
+def claim_judgments(run_dir: Path, tau_S: float = TAU_S) -> tuple[dict[tuple, str], str]:
     """{(model, case, frame, instance, claim): label} and the unit used.
 
     Per-claim verdicts where the per-frame records hold them (objects' `claims`: [{"text",
@@ -330,7 +331,7 @@ def claim_judgments(run_dir: Path, tau_S: float = 0.35) -> tuple[dict[tuple, str
     return out, "object-frame"
 
 
-def repeatability(run_a: str | Path, run_b: str | Path, tau_S: float = 0.35) -> dict:
+def repeatability(run_a: str | Path, run_b: str | Path, tau_S: float = TAU_S) -> dict:
     a, unit_a = claim_judgments(Path(run_a), tau_S)
     b, unit_b = claim_judgments(Path(run_b), tau_S)
     if unit_a != unit_b:

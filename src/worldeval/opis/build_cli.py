@@ -63,11 +63,11 @@ def _echo_summary(summary: dict, as_json: bool, what: str) -> None:
 def _config(backend, backend_option, device, vocabulary, min_objects, rounds, dedup_iou, kinematics, track, depth,
             domain, subcategory, duration, max_side, seed, review, box_format="xywh", clean=False):
     from worldeval.opis.build import BuildConfig
-    from worldeval.opis.cli_eval import _parse_options
+    from worldeval.opis.cli_eval import parse_options
 
-    return BuildConfig(backend=backend, backend_options=_parse_options(backend_option), device=device,
+    return BuildConfig(backend=backend, backend_options=parse_options(backend_option), device=device,
                        vocabulary=read_vocabulary(vocabulary), min_objects=min_objects, rounds=rounds,
-                       dedup_iou=dedup_iou, kinematics=_parse_options(kinematics), track=_parse_options(track),
+                       dedup_iou=dedup_iou, kinematics=parse_options(kinematics), track=parse_options(track),
                        depth=depth, domain=domain, subcategory=subcategory, duration_s=duration,
                        max_side=max_side or None, seed=seed, review=review, box_format=box_format,
                        vlm_clean=clean).check()

@@ -76,7 +76,7 @@ def _annotate(
 
     from worldeval.media import read_image
     from worldeval.opis.annotate import AnnotateError, annotate
-    from worldeval.opis.cli_eval import _parse_options
+    from worldeval.opis.cli_eval import parse_options
 
     err = Console(stderr=True)
     if claims and image is None and spec is None and not objects:
@@ -91,7 +91,7 @@ def _annotate(
             raise AnnotateError(image_path, "image", str(exc)) from exc
         steps = (lambda s: None) if (quiet or as_json) else (lambda s: err.print(f"[dim]{s}...[/dim]"))
         case_json = annotate(img, aspec, out, judge_config=judge, device=device, on_step=steps,
-                             backend_options=_parse_options(backend_option or []))
+                             backend_options=parse_options(backend_option or []))
         if claims:
             _claims_only(out, base_url, judge_model, api_key, max_claims, quiet or as_json, err)
     except AnnotateError as exc:
@@ -102,7 +102,7 @@ def _annotate(
 
 def _spec_from_options(opt: dict):
     """(AnnotateSpec, image path) from --spec and the command-line options, which override the spec."""
-    from worldeval.opis.annotate import AnnotateError, AnnotateSpec, _check_prompt, load_spec_file, parse_object_option
+    from worldeval.opis.annotate import AnnotateError, AnnotateSpec, check_prompt, load_spec_file, parse_object_option
 
     spec = opt["spec"]
     if spec is not None:
@@ -121,7 +121,7 @@ def _spec_from_options(opt: dict):
             if label is not None:
                 setattr(aspec.objects[k], attr, label)
     for k, p in enumerate(aspec.objects):
-        _check_prompt(p, spec or "--object", k)
+        check_prompt(p, spec or "--object", k)
     aspec.segmenter = opt["backend"]
     aspec.case_id = opt["case_id"] or (aspec.case_id if spec is not None and aspec.case_id != "case_0001" else opt["out"].name)
     for attr, name in (("domain", "domain"), ("subcategory", "subcategory"), ("instruction", "instruction"),

@@ -9,7 +9,8 @@ from typing import List, Optional
 import typer
 
 
-def _parse_options(pairs: list[str]) -> dict:
+def parse_options(pairs: list[str]) -> dict:
+    """KEY=VALUE command-line pairs (`--backend-option` and alike) as a dict of strings."""
     out = {}
     for p in pairs or []:
         key, sep, value = p.partition("=")
@@ -70,7 +71,7 @@ def register(app: typer.Typer) -> None:
             summary = run_eval(
                 dataset, rollouts, model, out, backend=backend, device=device, workers=workers, executor=executor,
                 address=address, force=force, judge=judge, config=EvalConfig(max_side=max_side, propagation=not no_propagation, propagation_stride=propagation_stride),
-                backend_options={**_parse_options(backend_option), **({"batch_size": batch_size} if batch_size else {})}, progress=None if quiet else True,
+                backend_options={**parse_options(backend_option), **({"batch_size": batch_size} if batch_size else {})}, progress=None if quiet else True,
             )
         except (ResumeError, CaseError) as exc:
             typer.echo(f"error: {exc}", err=True)

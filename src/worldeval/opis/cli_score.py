@@ -9,9 +9,8 @@ from typing import List, Optional
 
 import typer
 
-# Kept in step with worldeval.opis.scoring.VARIANTS (a test checks it); scoring is
-# imported lazily so that `worldeval --help` does not pay for pandas/pyarrow.
-VARIANTS = ("strict", "no_gate", "no_coverage", "minimum", "uniform")
+# The options' defaults are scoring's own, so the command cannot drift from the Python API.
+from worldeval.opis.scoring import TAU_I, TAU_S, VARIANTS
 
 __all__ = ["register", "score_runs", "render_tables"]
 
@@ -112,8 +111,8 @@ def score_command(
     variant: str = typer.Option("strict", "--variant", help=f"Aggregation variant: {'|'.join(VARIANTS)}."),
     bootstrap: int = typer.Option(2000, "--bootstrap", help="Bootstrap replicates for the OPIS CI (0 skips it)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap."),
-    tau_i: float = typer.Option(0.35, "--tau-i", help="Identity acceptance threshold tau_I."),
-    tau_s: float = typer.Option(0.35, "--tau-s", help="Structure acceptance threshold tau_S."),
+    tau_i: float = typer.Option(TAU_I, "--tau-i", help="Identity acceptance threshold tau_I."),
+    tau_s: float = typer.Option(TAU_S, "--tau-s", help="Structure acceptance threshold tau_S."),
     w_p: float = typer.Option(0.2, "--w-p", help="Weight of Presence."),
     w_i: float = typer.Option(0.4, "--w-i", help="Weight of Identity."),
     w_s: float = typer.Option(0.4, "--w-s", help="Weight of Structure."),

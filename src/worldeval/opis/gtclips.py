@@ -62,10 +62,6 @@ class GTClip:
     def instance_id(self, value: int) -> str:
         return f"obj_{value:03d}"
 
-    @property
-    def instance_ids(self) -> list[str]:
-        return [self.instance_id(v) for v in self.instance_values]
-
     def image(self, t: int) -> np.ndarray:
         return read_rgb(self.frames[t])
 

@@ -1,20 +1,21 @@
 """Which parts of the shared real data may be tuned on and which are only reported on.
 
-Issue 10's figures must come from data the evaluator was not tuned on. This
-module is the one machine-readable statement of the split; `benchmarks/
+The evaluator's acceptance figures must come from data it was not tuned on, or
+they would show how well it fits its tuning data. This module is the one
+machine-readable statement of the split; `benchmarks/
 faithful_report.py`, the tests and docs/validation.md all read it from here.
 Entries are paths relative to the shared data folder (`../shared/data` next to
 the repository); a COCO photo is named by its image id.
 
 Why this split (docs/validation.md says the same for readers):
-- coco_multiobj: every photo was tuned on before issue 10 (the evaluator's 6/6
-  on `opis validate`). Half of them are now reserved: 142 (jar, banana,
+- coco_multiobj: all six photos were tuned on (the evaluator passes all six
+  in `opis validate`), so half of them are reserved: 142 (jar, banana,
   sandwich, table), 387 (laptops, phone), 599 (plant, cat, couch, remotes) are
-  reported on and must not drive a heuristic again; 009, 283 and 443 stay for
+  reported on and must not drive a heuristic; 009, 283 and 443 are for
   tuning, so both halves hold indoor tabletop and living-room scenes, people or
   animals, and small and large objects.
-- davis2016_more: four DAVIS clips, a ground-truth mask in every frame, new
-  with issue 10, never used for tuning: reporting only.
+- davis2016_more: four DAVIS clips, a ground-truth mask in every frame, never
+  used for tuning: reporting only.
 - davis_bmx_trees, cotracker_apple: already used to tune and test the
   evaluator (tests/test_eval_real.py): tuning.
 - multiview_pairs: no annotations; used to look at camera fitting: tuning.

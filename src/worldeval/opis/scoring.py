@@ -36,14 +36,19 @@ VARIANTS = ("strict", "no_gate", "no_coverage", "minimum", "uniform")
 DENSITY_BINS = ("<=20", "21-40", ">40")
 TEMPORAL_BINS = ("1-4", "4-7", "7-10")
 COMPONENTS = ("P", "I", "S")
+# The paper's acceptance thresholds of a_it and s_it (SPEC section 3). Every tool that reads the
+# archive's appearance and structure values the way scoring does takes its default from here, so a
+# changed threshold cannot leave one of them judging by the old one.
+TAU_I = 0.35
+TAU_S = 0.35
 
 
 @dataclass(frozen=True)
 class ScoreConfig:
     """Scoring options; defaults are the paper's (SPEC section 3)."""
 
-    tau_I: float = 0.35
-    tau_S: float = 0.35
+    tau_I: float = TAU_I
+    tau_S: float = TAU_S
     weights: tuple[float, float, float] = (0.2, 0.4, 0.4)
     variant: str = "strict"
     bootstrap: int = 2000

@@ -199,21 +199,23 @@ def render_rollout(image: np.ndarray, K: np.ndarray, traj: PanTrajectory, cfg: S
 # ---------------------------------------------------------------- interventions
 
 
-def _dilate(mask: np.ndarray, px: int) -> np.ndarray:
+def dilate(mask: np.ndarray, px: int) -> np.ndarray:
+    """`mask` grown by `px` pixels with a round structuring element (a copy when px <= 0)."""
     if px <= 0:
         return mask.copy()
     k = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * px + 1, 2 * px + 1))
     return cv2.dilate(mask.astype(np.uint8), k) > 0
 
 
-def _box(mask: np.ndarray) -> tuple[int, int, int, int]:
+def int_box(mask: np.ndarray) -> tuple[int, int, int, int]:
+    """Tight (x, y, w, h) box of a non-empty mask in whole pixels, as the synthetic records store it."""
     ys, xs = np.nonzero(mask)
     return int(xs.min()), int(ys.min()), int(xs.max() - xs.min() + 1), int(ys.max() - ys.min() + 1)
 
 
 def inpaint_region(image: np.ndarray, region: np.ndarray, keep: np.ndarray | None = None) -> np.ndarray:
     """Fill `region` from its surroundings; pixels in `keep` (other objects) are never painted over."""
-    hole = _dilate(region, 4)
+    hole = dilate(region, 4)
     if keep is not None:
         hole &= ~keep
     radius = int(np.clip(math.sqrt(hole.sum()) / 20, 3, 15))
@@ -255,7 +257,7 @@ def squeeze_object(
     image: np.ndarray, target: np.ndarray, others: np.ndarray, squeeze_x: float, max_shear: float
 ) -> tuple[np.ndarray, np.ndarray, dict]:
     """Squeeze the target horizontally about its box centre and shear it, keeping it inside its box."""
-    x, y, w, h = _box(target)
+    x, y, w, h = int_box(target)
     cx, cy = x + (w - 1) / 2, y + (h - 1) / 2
     # Shear bounded so the squeezed, sheared object still fits the original box width.
     shear = float(min(max_shear, (1 - squeeze_x) * w / max(h, 1)))
@@ -266,7 +268,7 @@ def squeeze_object(
 
 def resize_object(image: np.ndarray, target: np.ndarray, others: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray, dict]:
     """Scale the target uniformly about the bottom centre of its box (the point it rests on)."""
-    x, y, w, h = _box(target)
+    x, y, w, h = int_box(target)
     cx, by = x + (w - 1) / 2, y + h - 1
     A = np.array([[scale, 0.0, cx - scale * cx], [0.0, scale, by - scale * by]], np.float64)
     out, m = warp_object(image, target, others, A)
@@ -277,7 +279,7 @@ def find_move_spot(target: np.ndarray, occupied: np.ndarray, allowed: np.ndarray
     """Where the target goes when nudged: a free place (no pixel on `occupied`, all in `allowed`) whose
     displacement is at least 0.4 x its larger box side and closest to `shift` x that side, vertical
     displacement counting double (an object slid along its support is the usual mistake, not one lifted)."""
-    x, y, w, h = _box(target)
+    x, y, w, h = int_box(target)
     crop = target[y : y + h, x : x + w]
     bad = (~allowed | occupied).astype(np.float32)
     overlap = cv2.matchTemplate(bad, crop.astype(np.float32), cv2.TM_CCORR)
@@ -308,7 +310,7 @@ def find_free_spot(
     Returns {"scale", "dx", "dy", "mask"} (mask in I0 coordinates) or None. Among the fitting places
     it takes the one farthest from every annotated instance, so the copy sits in clear background.
     """
-    x, y, w, h = _box(target)
+    x, y, w, h = int_box(target)
     crop = target[y : y + h, x : x + w].astype(np.float32)
     bad = (~allowed | occupied).astype(np.float32)
     clearance = cv2.distanceTransform((~bad.astype(bool)).astype(np.uint8), cv2.DIST_L2, 5)
@@ -335,7 +337,7 @@ def find_free_spot(
 
 
 def duplicate_object(image: np.ndarray, target: np.ndarray, spot: dict) -> np.ndarray:
-    x, y, w, h = _box(target)
+    x, y, w, h = int_box(target)
     return paste_patch(image, image[y : y + h, x : x + w], spot)
 
 
@@ -369,12 +371,12 @@ def _saturation(image: np.ndarray, mask: np.ndarray) -> float:
 
 def _contained(case: Case, target_id: str) -> list[str]:
     """Instances lying entirely inside the target's box."""
-    x, y, w, h = _box(case.masks[target_id])
+    x, y, w, h = int_box(case.masks[target_id])
     out = []
     for iid, m in case.masks.items():
         if iid == target_id:
             continue
-        bx, by, bw, bh = _box(m)
+        bx, by, bw, bh = int_box(m)
         if bx >= x and by >= y and bx + bw <= x + w and by + bh <= y + h:
             out.append(iid)
     return out
@@ -384,11 +386,11 @@ def _duplicate_spot(case: Case, target_id: str, seen: np.ndarray, cfg: SynthConf
     """A place for the target's copy, keeping clear of the original by 15% of its size, so it reads
     as a second object and not as a continuation of the first."""
     target = case.masks[target_id]
-    x, y, w, h = _box(target)
+    x, y, w, h = int_box(target)
     pad = int(round(0.15 * max(w, h)))
     near = np.zeros(case.shape, bool)
     near[max(0, y - pad) : y + h + pad, max(0, x - pad) : x + w + pad] = True
-    return _free_spot(case, target, seen, cfg, near | _dilate(target, 6), exclude=target_id)
+    return _free_spot(case, target, seen, cfg, near | dilate(target, 6), exclude=target_id)
 
 
 def _free_spot(case: Case, shape: np.ndarray, seen: np.ndarray, cfg: SynthConfig, near: np.ndarray,
@@ -404,7 +406,7 @@ def _free_spot(case: Case, shape: np.ndarray, seen: np.ndarray, cfg: SynthConfig
     }
     strict = near.copy()
     for m in case.masks.values():
-        strict |= _dilate(m, 6)
+        strict |= dilate(m, 6)
     spot = find_free_spot(shape, strict, seen)
     if spot is not None:
         spot["on_support"] = None
@@ -414,7 +416,7 @@ def _free_spot(case: Case, shape: np.ndarray, seen: np.ndarray, cfg: SynthConfig
     loose = near.copy()
     for iid, m in case.masks.items():
         if iid not in supports:
-            loose |= _dilate(m, 6)
+            loose |= dilate(m, 6)
     spot = find_free_spot(shape, loose, seen)
     if spot is None:
         return None
@@ -432,7 +434,7 @@ def paste_source(other: Case, case: Case, cfg: SynthConfig) -> dict | None:
     best = None
     for inst in other.instances:
         m = other.masks[inst.id]
-        x, y, w, h = _box(m)
+        x, y, w, h = int_box(m)
         if m.mean() < 0.005 or m.sum() / (w * h) < max(cfg.min_fill, 0.3):
             continue
         key = (inst.category in names, abs(math.log(m.mean() / cfg.paste_area)), inst.id)
@@ -468,7 +470,7 @@ def choose_target(case: Case, cfg: SynthConfig) -> dict:
     for inst in case.instances:
         m = case.masks[inst.id]
         area = float(m.mean())
-        x, y, w, h = _box(m)
+        x, y, w, h = int_box(m)
         why = None
         if inst.track != "static" or inst.kinematics != "rigid":
             why = f"{inst.track}/{inst.kinematics}"
@@ -506,7 +508,7 @@ def choose_target(case: Case, cfg: SynthConfig) -> dict:
     return {
         "instance_id": iid,
         "category": inst.category,
-        "bbox": list(_box(case.masks[iid])),
+        "bbox": list(int_box(case.masks[iid])),
         "area": area,
         "saturation": sat,
         "spot": spot,
@@ -558,15 +560,15 @@ def _edit(name: str, case: Case, ctx: dict, cfg: SynthConfig) -> tuple[np.ndarra
     if name == "duplicated":
         spot = ctx["spot"]
         params = {k: spot[k] for k in ("scale", "x0", "y0", "w", "h", "on_support")}
-        return duplicate_object(image, tmask, spot), {**params, "bbox": list(_box(spot["mask"]))}, None
+        return duplicate_object(image, tmask, spot), {**params, "bbox": list(int_box(spot["mask"]))}, None
     if name == "resized":
         img, m, params = resize_object(image, tmask, others, cfg.resize_scale)
-        return img, {**params, "bbox": list(_box(m))}, m
+        return img, {**params, "bbox": list(int_box(m))}, m
     if name == "moved":
         spot = _move_spot(case, ctx, cfg)
         if spot is None:
             raise SynthError("no free place to move the target to")
-        return move_object(image, tmask, others, spot), {"dx": spot["dx"], "dy": spot["dy"], "bbox": list(_box(spot["mask"]))}, spot["mask"]
+        return move_object(image, tmask, others, spot), {"dx": spot["dx"], "dy": spot["dy"], "bbox": list(int_box(spot["mask"]))}, spot["mask"]
     raise ValueError(f"unknown intervention {name!r}")
 
 
@@ -580,7 +582,7 @@ def _move_spot(case: Case, ctx: dict, cfg: SynthConfig) -> dict | None:
         occupied = np.zeros(case.shape, bool)
         for iid, m in others.items():
             if iid not in skip:
-                occupied |= _dilate(m, 6)
+                occupied |= dilate(m, 6)
         spot = find_move_spot(ctx["tmask"], occupied, ctx["seen"], cfg.move_shift)
         if spot is not None:
             return spot
@@ -595,7 +597,7 @@ def _paste(case: Case, other: Case | None, ctx: dict, cfg: SynthConfig) -> tuple
     if spot is None:
         raise SynthError("no free place for the pasted object")
     params = {k: src[k] for k in ("from_case", "instance_id", "category", "scale")}
-    params.update({k: spot[k] for k in ("x0", "y0", "w", "h", "on_support")}, bbox=list(_box(spot["mask"])))
+    params.update({k: spot[k] for k in ("x0", "y0", "w", "h", "on_support")}, bbox=list(int_box(spot["mask"])))
     return paste_patch(case.image, src["patch"], spot), params, spot["mask"]
 
 

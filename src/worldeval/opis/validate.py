@@ -29,13 +29,16 @@ from worldeval.opis.synth import INTERVENTIONS, SYNTH_VERSION, SynthConfig, synt
 from worldeval.runs import atomic_write_json
 
 CHECKS = INTERVENTIONS
-# The checks of issue 3 (the pan camera); issue 10 added moved, resized, pasted and the camera paths.
-ISSUE3_CHECKS = ("faithful", "removed", "recoloured", "squeezed", "duplicated", "other_scene")
+# The faithful rollout, four edits of the target (removed, recoloured, squeezed, duplicated) and
+# another scene: every photo of coco_multiobj must pass these under the pan camera
+# (tests/test_validate_e2e.py). moved, resized, pasted and the tilt and zoom paths are measured on
+# the held-out photos instead (benchmarks/faithful_report.py), so no tuning is done on them.
+CORE_CHECKS = ("faithful", "removed", "recoloured", "squeezed", "duplicated", "other_scene")
 
 
 @dataclass
 class Thresholds:
-    """What each intervention must do to the evaluator's measurements (issue 3's acceptance rule)."""
+    """What each intervention must do to the evaluator's measurements for its check to pass."""
 
     faithful_opis: float = 60.0  # faithful OPIS at least this
     faithful_matched: float = 0.80  # target matched in at least this share of in-view frames
@@ -108,7 +111,7 @@ def with_plane_depth(dataset: Path, out: Path, log: Callable[[str], None] = prin
     return out
 
 
-def _forget_case(runs_root: Path, case_id: str) -> None:
+def forget_case(runs_root: Path, case_id: str) -> None:
     """Drop every measurement of `case_id` from validate's run folders.
 
     New clips under old names: `opis eval` would keep the measurements of the old clips (its resume
@@ -151,7 +154,7 @@ def synthesize_dataset(
         # The "other scene" is the next case's photo (cyclic), so it is a real scene, never a blank.
         other = cases[(k + 1) % len(cases)] if len(cases) > 1 else None
         t0 = time.perf_counter()
-        _forget_case(out / "runs", case.id)
+        forget_case(out / "runs", case.id)
         rec = synthesize_case(case, out / "rollouts", other=other, cfg=cfg.synth, interventions=cfg.checks, index=k)
         rec.pop("_images", None)
         rec["synth_hash"] = h

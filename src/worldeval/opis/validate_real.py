@@ -30,7 +30,7 @@ import cv2
 import numpy as np
 
 from worldeval.opis.perception.association import box_iou
-from worldeval.opis.synth import _box, _dilate, find_free_spot
+from worldeval.opis.synth import int_box, dilate, find_free_spot
 
 CLIP_INTERVENTIONS = ("faithful", "removed", "recoloured", "pasted")
 CLIP_FPS = 24.0  # DAVIS frame rate (SOURCE.md)
@@ -115,7 +115,7 @@ def background_homographies(clip: GTClip, max_side: int = 640) -> list[np.ndarra
 
     def feats(k):
         g = cv2.cvtColor(cv2.resize(clip.frames[k], None, fx=s, fy=s, interpolation=cv2.INTER_AREA), cv2.COLOR_RGB2GRAY)
-        bg = (~_dilate(cv2.resize(clip.masks[k].astype(np.uint8), (g.shape[1], g.shape[0])) > 0, 8)).astype(np.uint8)
+        bg = (~dilate(cv2.resize(clip.masks[k].astype(np.uint8), (g.shape[1], g.shape[0])) > 0, 8)).astype(np.uint8)
         from worldeval.opis.backends.classical import sift_canonical
 
         return sift_canonical(*sift.detectAndCompute(g, bg * 255))
@@ -144,7 +144,7 @@ def paste_source(other: GTClip, shape: tuple[int, int], area_share: float = 0.03
     m0 = other.masks[0]
     if not m0.any():
         raise ValueError(f"clip {other.name}: no object in frame 0 to paste")
-    x, y, w, h = _box(m0)
+    x, y, w, h = int_box(m0)
     s = min(1.5, math.sqrt(area_share * shape[0] * shape[1] / m0.sum()))
     cw, ch = max(4, int(round(w * s))), max(4, int(round(h * s)))
     patch = cv2.resize(other.frames[0][y : y + h, x : x + w], (cw, ch), interpolation=cv2.INTER_AREA)
@@ -175,7 +175,7 @@ def paste_place(clip: GTClip, pm: np.ndarray, Hs: list | None = None) -> dict | 
     inner = np.zeros((H, W), bool)
     my, mx = int(0.08 * H), int(0.08 * W)
     inner[my : H - my, mx : W - mx] = True
-    occupied = _dilate(clip.masks[0], int(0.1 * math.hypot(H, W)))
+    occupied = dilate(clip.masks[0], int(0.1 * math.hypot(H, W)))
     count = seen_counts((H, W), Hs, sample_frame_indices(len(clip.frames), clip.fps)) if Hs is not None else np.zeros((H, W), np.int32)
     for need in range(int(count.max()), -1, -1):
         spot = find_free_spot(canvas, occupied, inner & (count >= need), scales=(1.0, 0.8, 0.6))
@@ -225,7 +225,7 @@ def synthesize_clip(clip: GTClip, other: GTClip | None, out: Path) -> dict:
         rec["videos"][name] = str(write_variant(clip.gt, variant, out / "rollouts" / name / f"{clip.name}.mp4", clip.fps))
     total = float(clip.masks[0].size)
     rec["target_area"] = [round(float(m.sum()) / total, 5) for m in clip.masks]
-    rec["target_box"] = [list(_box(m)) if m.any() else None for m in clip.masks]
+    rec["target_box"] = [list(int_box(m)) if m.any() else None for m in clip.masks]
     pasted = _synthesize_paste(clip, other, out)
     if isinstance(pasted, str):
         rec["skipped"]["pasted"] = pasted
@@ -248,7 +248,7 @@ def _synthesize_paste(clip: GTClip, other: GTClip | None, out: Path):
     obj, mask = pasted_layer(clip.frames[0].shape[:2], patch, pm, spot)
     video = write_video(out / "rollouts" / "pasted" / f"{clip.name}.mp4", pasted_frames(clip, obj, mask, Hs), clip.fps, crf=0)
     info = {
-        "from_clip": other.name, "category": other.category, "bbox": list(_box(mask)),
+        "from_clip": other.name, "category": other.category, "bbox": list(int_box(mask)),
         # share of the pasted object inside frame t; None where no background fit carried it there
         "in_view_share": [None if Ht is None else round(in_view_share(mask, Ht), 4) for Ht in Hs],
         "homography_failed_from": next((k for k, Ht in enumerate(Hs) if Ht is None), None),
@@ -375,7 +375,7 @@ def synthesize_clips(folders: list[Path], out: Path, force: bool = False, log=pr
     """
     import json
 
-    from worldeval.opis.validate import _forget_case
+    from worldeval.opis.validate import forget_case
     from worldeval.runs import atomic_write_json
 
     records: dict[str, dict] = {}
@@ -394,7 +394,7 @@ def synthesize_clips(folders: list[Path], out: Path, force: bool = False, log=pr
                 pass  # torn record: render again
         clip = load_gt_clip(folder, max_frames)
         other = load_gt_clip(folders[(k + 1) % len(folders)], 1) if len(folders) > 1 else None
-        _forget_case(out / "runs", name)
+        forget_case(out / "runs", name)
         rec = synthesize_clip(clip, other, out)
         rec["key"] = key
         atomic_write_json(rec_path, rec)

@@ -2,8 +2,9 @@
 
 All numbers in the tables come from `worldeval.opis.scoring.score_runs` (one
 call per aggregation variant), so the report never disagrees with
-`worldeval opis score`. The only thing computed here is the per-frame P_t,
-I_t, S_t series drawn for each rollout, which the score JSON does not carry.
+`worldeval opis score`. The per-frame P_t, I_t, S_t series drawn for each
+rollout, which the score JSON does not carry, come from scoring's frame rules
+(`frame_evidence`, `frame_scores`) applied to that rollout's archive rows.
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from worldeval.opis.archive import archive_keys
+from worldeval.opis.scoring import TAU_I, TAU_S, ScoreConfig, frame_evidence, frame_scores, variant_rules
 from worldeval.report import images, plots
 from worldeval.report.loaders import num as _num, OpisRun, read_archives, read_frames_record, resolve_path
 
 VARIANTS = ("strict", "no_gate", "no_coverage", "minimum", "uniform")
 DENSITY_BINS = ("<=20", "21-40", ">40")
 INTERVALS = ("1-4", "4-7", "7-10")
-DEFAULT_TAU = 0.35
 
 ScoreFn = Callable[[list[Path], str, int, int], dict]
 
@@ -72,33 +74,28 @@ def default_score_fn(paths: list[Path], variant: str, bootstrap: int, seed: int)
 # ---------------------------------------------------------------- per-frame series
 
 
-def frame_series(rows: pd.DataFrame, tau_i: float = DEFAULT_TAU, tau_s: float = DEFAULT_TAU) -> dict[str, list]:
+def frame_series(rows: pd.DataFrame, tau_i: float = TAU_I, tau_s: float = TAU_S) -> dict[str, list]:
     """Per sampled frame of one rollout: time and P_t, I_t, S_t on 0-100 (None where undefined).
 
-    Follows SPEC section 3's frame rules: P_t needs every expected-visible
-    instance matched and no confirmed extra; I_t and S_t are the mean over the
-    frame's valid values, zeroed when any of them falls below its threshold.
+    The values are scoring's own (`frame_evidence` and `frame_scores` under the strict rules), so a
+    timeline never disagrees with the scores next to it.
     """
     out: dict[str, list] = {"frame": [], "time_s": [], "P": [], "I": [], "S": []}
     if rows.empty:
         return out
-    for frame, g in rows.sort_values("frame").groupby("frame", sort=True):
-        extra = g["extra"].astype(bool)
-        inst = g[~extra]
-        expected = inst[inst["visibility"] == "expected_visible"]
-        n_extra = int(extra.sum())
-        p = None
-        if len(expected) + n_extra > 0:
-            p = 100.0 * float(bool(expected["matched"].astype(bool).all()) and n_extra == 0)
-        a = inst.loc[inst["matched"].astype(bool), "appearance"].dropna().astype(float)
-        i = None if a.empty else 100.0 * float(a.min() >= tau_i) * float(a.mean())
-        s_vals = g["structure"].dropna().astype(float)
-        s = None if s_vals.empty else 100.0 * float(s_vals.min() >= tau_s) * float(s_vals.mean())
-        out["frame"].append(int(frame))
-        out["time_s"].append(float(g["time_s"].iloc[0]))
-        out["P"].append(p)
-        out["I"].append(i)
-        out["S"].append(s)
+    # All rows are one rollout's: the columns that tell cases apart and the track (coverage only)
+    # do not enter P_t, I_t, S_t, so constants stand in for them.
+    one = rows.assign(model="", case_id="", domain="", subcategory="", n_reference=0, track=None)
+    keys = archive_keys(one)
+    config = ScoreConfig(tau_I=tau_i, tau_S=tau_s, validate=False)
+    ev = frame_evidence(one, config, keys)
+    fs = frame_scores(ev, variant_rules("strict", config))
+    frame = np.empty(keys.n_frames, dtype=np.int64)
+    frame[keys.frame] = one["frame"].to_numpy()
+    out["frame"] = [int(f) for f in frame]
+    out["time_s"] = [float(t) for t in ev.time_s]
+    for name, value, defined in (("P", "P_t", "in_FP"), ("I", "I_t", "in_FI"), ("S", "S_t", "in_FS")):
+        out[name] = [100.0 * float(v) if ok else None for v, ok in zip(fs[value], fs[defined])]
     return out
 
 
@@ -295,11 +292,49 @@ def _read_runs_archive(runs: list[OpisRun], notes: list[str]) -> pd.DataFrame:
 def build_opis(runs: list[OpisRun], *, score_fn: ScoreFn | None = None, bootstrap: int = 2000, seed: int = 0,
                variants: tuple[str, ...] = VARIANTS, max_cases: int = 20, frames_per_case: int = 4,
                thumb_side: int = 224) -> dict:
-    score_fn = score_fn or default_score_fn
     notes = [n for r in runs for n in r.notes]
     errors: list[str] = []
-    paths = [r.root for r in runs]
+    scores = _score_variants([r.root for r in runs], score_fn or default_score_fn, variants, bootstrap, seed, errors)
+    strict = scores.get("strict") or {"models": {}, "cases": []}
+    strict.setdefault("models", {})
+    leaderboard = _leaderboard(strict)
+    models = [r["model"] for r in leaderboard]
+    config = strict.get("config") or {}
+    var_rows, deltas = _variant_rows(scores, strict, models, variants)
+    domains = _group_table(strict, models, "domains")
+    density_rows, density_pm = _diag_rows(strict, models, "density", DENSITY_BINS)
+    temporal_rows, temporal_pm = _diag_rows(strict, models, "temporal", INTERVALS)
+    figs = _figures(models, domains, deltas, density_pm, temporal_pm, errors)
 
+    taus = (_num(_lookup(config, "tau_I", "tau_i")) or TAU_I, _num(_lookup(config, "tau_S", "tau_s")) or TAU_S)
+    views = _CaseViews.collect(runs, strict, models, notes, taus, frames_per_case, thumb_side)
+    all_cases = sorted({c for _, c in views.pairs})
+    shown = all_cases[:max_cases] if max_cases >= 0 else all_cases
+    return {
+        "present": bool(runs),
+        "leaderboard": leaderboard,
+        "variants": {"columns": list(variants), "rows": var_rows},
+        "domains": domains,
+        "subcategories": _group_table(strict, models, "subcategories"),
+        "coverage": _coverage_rows(strict, models),
+        "density": density_rows,
+        "temporal": temporal_rows,
+        "figs": figs,
+        "case_rows": views.case_rows(shown),
+        "sections": [views.section(case_id) for case_id in shown],
+        "omitted_cases": len(all_cases) - len(shown),
+        "config": config,
+        "bootstrap": bootstrap,
+        "errors": errors,
+        "notes": notes,
+        "runs": [{"root": str(r.root), "manifest": r.manifest,
+                  "failed": sum(1 for s in r.status.values() if s.get("status") == "failed"),
+                  "done": sum(1 for s in r.status.values() if s.get("status") == "done")} for r in runs],
+    }
+
+
+def _score_variants(paths: list[Path], score_fn: ScoreFn, variants: tuple[str, ...], bootstrap: int, seed: int,
+                    errors: list[str]) -> dict[str, dict]:
     scores: dict[str, dict] = {}
     for var in variants:
         try:
@@ -307,14 +342,12 @@ def build_opis(runs: list[OpisRun], *, score_fn: ScoreFn | None = None, bootstra
             scores[var] = score_fn(paths, var, bootstrap if var == "strict" else 0, seed)
         except Exception as exc:  # scoring reports bad archives with its own clear errors
             errors.append(f"scoring ({var}) failed: {type(exc).__name__}: {exc}")
-    strict = scores.get("strict") or {"models": {}, "cases": []}
-    strict.setdefault("models", {})
-    leaderboard = _leaderboard(strict)
-    models = [r["model"] for r in leaderboard]
-    config = strict.get("config") or {}
-    tau_i = _num(_lookup(config, "tau_I", "tau_i")) or DEFAULT_TAU
-    tau_s = _num(_lookup(config, "tau_S", "tau_s")) or DEFAULT_TAU
+    return scores
 
+
+def _variant_rows(scores: dict[str, dict], strict: dict, models: list[str],
+                  variants: tuple[str, ...]) -> tuple[list[dict], dict[str, dict]]:
+    """OPIS of every model under every variant, and each variant's difference to strict."""
     var_rows, deltas = [], {v: {} for v in variants if v != "strict"}
     for m in models:
         vals = []
@@ -325,116 +358,118 @@ def build_opis(runs: list[OpisRun], *, score_fn: ScoreFn | None = None, bootstra
             if v != "strict":
                 deltas[v][m] = None if x is None or base is None else x - base
         var_rows.append({"model": m, "values": vals})
+    return var_rows, deltas
 
-    domains = _group_table(strict, models, "domains")
-    subcats = _group_table(strict, models, "subcategories")
-    density_rows, density_pm = _diag_rows(strict, models, "density", DENSITY_BINS)
-    temporal_rows, temporal_pm = _diag_rows(strict, models, "temporal", INTERVALS)
 
+def _figures(models: list[str], domains: dict, deltas: dict, density_pm: dict, temporal_pm: dict,
+             errors: list[str]) -> dict[str, str | None]:
     figs: dict[str, str | None] = {"heatmap": None, "variants": None, "density": None, "temporal": None}
-    if models:
-        try:
-            figs["heatmap"] = plots.domain_heatmap(
-                models, domains["columns"],
-                {r["model"]: dict(zip(domains["columns"], (c["OPIS"] for c in r["cells"]))) for r in domains["rows"]})
-            if deltas:
-                figs["variants"] = plots.variant_deltas(models, list(deltas), deltas)
-            if any(density_pm.values()):
-                figs["density"] = plots.density_panels(_bins(density_pm), density_pm)
-            if any(temporal_pm.values()):
-                figs["temporal"] = plots.temporal_panels(_bins(temporal_pm), temporal_pm)
-        except Exception as exc:  # a plot must never take the tables down with it
-            errors.append(f"plotting failed: {type(exc).__name__}: {exc}")
+    if not models:
+        return figs
+    try:
+        figs["heatmap"] = plots.domain_heatmap(
+            models, domains["columns"],
+            {r["model"]: dict(zip(domains["columns"], (c["OPIS"] for c in r["cells"]))) for r in domains["rows"]})
+        if deltas:
+            figs["variants"] = plots.variant_deltas(models, list(deltas), deltas)
+        if any(density_pm.values()):
+            figs["density"] = plots.density_panels(_bins(density_pm), density_pm)
+        if any(temporal_pm.values()):
+            figs["temporal"] = plots.temporal_panels(_bins(temporal_pm), temporal_pm)
+    except Exception as exc:  # a plot must never take the tables down with it
+        errors.append(f"plotting failed: {type(exc).__name__}: {exc}")
+    return figs
 
-    # ---- per-case views
-    case_scores = {(c.get("model"), c.get("case_id")): c for c in strict.get("cases") or []}
-    archive = _read_runs_archive(runs, notes)
-    pairs: dict[tuple[str, str], OpisRun] = {}
-    for r in runs:
-        for key in list(r.frames) + list(r.status):
-            pairs.setdefault(key, r)
-        if not archive.empty:
-            for key in archive[["model", "case_id"]].drop_duplicates().itertuples(index=False):
-                pairs.setdefault((str(key[0]), str(key[1])), r)
-    for key in case_scores:
-        if key not in pairs and runs:
-            pairs[key] = runs[0]
-    all_cases = sorted({c for _, c in pairs})
-    shown = all_cases[:max_cases] if max_cases >= 0 else all_cases
-    order = {m: k for k, m in enumerate(models)}
-    grouped = {k: g for k, g in archive.groupby(["model", "case_id"])} if not archive.empty else {}
 
-    case_rows = []
-    for (m, c), cs in sorted(case_scores.items(), key=lambda kv: (str(kv[0][1]), order.get(kv[0][0], 1e9))):
-        case_rows.append({
-            "model": m, "case_id": c, "domain": cs.get("domain"), "subcategory": cs.get("subcategory"),
-            "P": _num(cs.get("P")), "I": _num(cs.get("I")), "S": _num(cs.get("S")), "C_S": _num(cs.get("C_S")),
-            "OPIS": _num(cs.get("OPIS")), "flags": ", ".join(map(str, cs.get("flags") or [])),
-            "anchor": slug("rollout", m, c) if c in shown else None,
-        })
+@dataclasses.dataclass
+class _CaseViews:
+    """What the per-case table and sections are drawn from: which run holds each (model, case), its rows, its scores."""
 
-    sections = []
-    for case_id in shown:
-        case_models = sorted((m for (m, c) in pairs if c == case_id), key=lambda m: (order.get(m, 1e9), m))
+    pairs: dict[tuple[str, str], OpisRun]
+    case_scores: dict[tuple[Any, Any], dict]
+    grouped: dict[tuple[str, str], pd.DataFrame]
+    order: dict[str, int]  # leaderboard position of each model
+    taus: tuple[float, float]  # (tau_I, tau_S) the strict score used
+    frames_per_case: int
+    thumb_side: int
+
+    @classmethod
+    def collect(cls, runs: list[OpisRun], strict: dict, models: list[str], notes: list[str],
+                taus: tuple[float, float], frames_per_case: int, thumb_side: int) -> "_CaseViews":
+        case_scores = {(c.get("model"), c.get("case_id")): c for c in strict.get("cases") or []}
+        archive = _read_runs_archive(runs, notes)
+        pairs: dict[tuple[str, str], OpisRun] = {}
+        for r in runs:
+            for key in list(r.frames) + list(r.status):
+                pairs.setdefault(key, r)
+            if not archive.empty:
+                for key in archive[["model", "case_id"]].drop_duplicates().itertuples(index=False):
+                    pairs.setdefault((str(key[0]), str(key[1])), r)
+        for key in case_scores:
+            if key not in pairs and runs:
+                pairs[key] = runs[0]
+        grouped = {k: g for k, g in archive.groupby(["model", "case_id"])} if not archive.empty else {}
+        return cls(pairs, case_scores, grouped, {m: k for k, m in enumerate(models)}, taus, frames_per_case, thumb_side)
+
+    def case_rows(self, shown: list[str]) -> list[dict]:
+        rows = []
+        by_case = sorted(self.case_scores.items(), key=lambda kv: (str(kv[0][1]), self.order.get(kv[0][0], 1e9)))
+        for (m, c), cs in by_case:
+            rows.append({
+                "model": m, "case_id": c, "domain": cs.get("domain"), "subcategory": cs.get("subcategory"),
+                "P": _num(cs.get("P")), "I": _num(cs.get("I")), "S": _num(cs.get("S")), "C_S": _num(cs.get("C_S")),
+                "OPIS": _num(cs.get("OPIS")), "flags": ", ".join(map(str, cs.get("flags") or [])),
+                "anchor": slug("rollout", m, c) if c in shown else None,
+            })
+        return rows
+
+    def section(self, case_id: str) -> dict:
+        case_models = sorted((m for (m, c) in self.pairs if c == case_id), key=lambda m: (self.order.get(m, 1e9), m))
         sec = {"case_id": case_id, "anchor": slug("case", case_id), "reference": None, "models": [], "notes": [],
                "domain": None, "subcategory": None}
         for m in case_models:
-            run = pairs[(m, case_id)]
-            mnotes: list[str] = []
-            record = None
-            if (m, case_id) in run.frames:
-                record = read_frames_record(run.frames[(m, case_id)], mnotes)
-            else:
-                mnotes.append("no frames record")
-            case_dir, video = _locate(run, record, m, case_id)
-            if sec["reference"] is None:
-                sec["reference"] = _reference_view(case_dir, thumb_side, sec["notes"])
-            strip = _frame_strip(record, video, frames_per_case, thumb_side, mnotes) if record else []
-            rows = grouped.get((m, case_id))
-            timeline = None
-            if rows is not None and not rows.empty:
-                sec["domain"] = sec["domain"] or str(rows["domain"].iloc[0])
-                sec["subcategory"] = sec["subcategory"] or str(rows["subcategory"].iloc[0])
-                ser = frame_series(rows, tau_i, tau_s)
-                if ser["frame"]:
-                    try:
-                        timeline = plots.case_timeline(ser["time_s"], {k: ser[k] for k in ("P", "I", "S")},
-                                                       f"{m} · {case_id}")
-                    except Exception as exc:
-                        mnotes.append(f"timeline plot failed: {exc}")
-            else:
-                mnotes.append("no archive rows")
-            st = run.status.get((m, case_id)) or {}
-            err = st.get("error") if st.get("status") == "failed" else None
-            cs = case_scores.get((m, case_id)) or {}
-            sec["domain"] = sec["domain"] or cs.get("domain")
-            sec["subcategory"] = sec["subcategory"] or cs.get("subcategory")
-            sec["models"].append({
-                "model": m, "anchor": slug("rollout", m, case_id), "strip": strip, "timeline": timeline,
-                "scores": {k: _num(cs.get(k)) for k in ("P", "I", "S", "C_S", "OPIS")} if cs else None,
-                "flags": ", ".join(map(str, cs.get("flags") or [])),
-                "error": err, "notes": mnotes,
-            })
-        sections.append(sec)
+            sec["models"].append(self._rollout(sec, m, case_id))
+        return sec
 
-    return {
-        "present": bool(runs),
-        "leaderboard": leaderboard,
-        "variants": {"columns": list(variants), "rows": var_rows},
-        "domains": domains,
-        "subcategories": subcats,
-        "coverage": _coverage_rows(strict, models),
-        "density": density_rows,
-        "temporal": temporal_rows,
-        "figs": figs,
-        "case_rows": case_rows,
-        "sections": sections,
-        "omitted_cases": len(all_cases) - len(shown),
-        "config": config,
-        "bootstrap": bootstrap,
-        "errors": errors,
-        "notes": notes,
-        "runs": [{"root": str(r.root), "manifest": r.manifest,
-                  "failed": sum(1 for s in r.status.values() if s.get("status") == "failed"),
-                  "done": sum(1 for s in r.status.values() if s.get("status") == "done")} for r in runs],
-    }
+    def _rollout(self, sec: dict, m: str, case_id: str) -> dict:
+        """One model's block of a case section; fills the section's reference, domain and subcategory when unset."""
+        run = self.pairs[(m, case_id)]
+        mnotes: list[str] = []
+        record = None
+        if (m, case_id) in run.frames:
+            record = read_frames_record(run.frames[(m, case_id)], mnotes)
+        else:
+            mnotes.append("no frames record")
+        case_dir, video = _locate(run, record, m, case_id)
+        if sec["reference"] is None:
+            sec["reference"] = _reference_view(case_dir, self.thumb_side, sec["notes"])
+        strip = _frame_strip(record, video, self.frames_per_case, self.thumb_side, mnotes) if record else []
+        rows = self.grouped.get((m, case_id))
+        timeline = None
+        if rows is not None and not rows.empty:
+            sec["domain"] = sec["domain"] or str(rows["domain"].iloc[0])
+            sec["subcategory"] = sec["subcategory"] or str(rows["subcategory"].iloc[0])
+            timeline = self._timeline(rows, f"{m} · {case_id}", mnotes)
+        else:
+            mnotes.append("no archive rows")
+        st = run.status.get((m, case_id)) or {}
+        err = st.get("error") if st.get("status") == "failed" else None
+        cs = self.case_scores.get((m, case_id)) or {}
+        sec["domain"] = sec["domain"] or cs.get("domain")
+        sec["subcategory"] = sec["subcategory"] or cs.get("subcategory")
+        return {
+            "model": m, "anchor": slug("rollout", m, case_id), "strip": strip, "timeline": timeline,
+            "scores": {k: _num(cs.get(k)) for k in ("P", "I", "S", "C_S", "OPIS")} if cs else None,
+            "flags": ", ".join(map(str, cs.get("flags") or [])),
+            "error": err, "notes": mnotes,
+        }
+
+    def _timeline(self, rows: pd.DataFrame, title: str, mnotes: list[str]) -> str | None:
+        ser = frame_series(rows, *self.taus)
+        if not ser["frame"]:
+            return None
+        try:
+            return plots.case_timeline(ser["time_s"], {k: ser[k] for k in ("P", "I", "S")}, title)
+        except Exception as exc:
+            mnotes.append(f"timeline plot failed: {exc}")
+            return None

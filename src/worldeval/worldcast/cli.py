@@ -213,213 +213,207 @@ def _demo_cmd(
     typer.echo(f"report: {summary['report']}  (scores: {summary['scores']}; {summary['seconds']:.1f} s)")
 
 
-def register(app: typer.Typer) -> None:
-    app.command("demo")(_demo_cmd)
-    _register_generate(app)
-    _register_keyframe_agreement(app)
+def _judge_cmd(
+    dataset: Path = typer.Option(..., "--dataset", help="WorldCast dataset folder (holds cases.jsonl)."),
+    outputs: Path = typer.Option(..., "--outputs", help="Folder with one sub-folder of outputs per case id."),
+    model: str = typer.Option(..., "--model", help="Name of the evaluated generator (recorded with every judgment)."),
+    out: Path = typer.Option(..., "--out", help="Run folder; rerunning on it resumes."),
+    base_url: Optional[str] = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint (or OPENAI_BASE_URL)."),
+    judge_model: Optional[str] = typer.Option(None, "--judge-model", help="Judge model (or WORLDEVAL_JUDGE_MODEL)."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", help="API key (or OPENAI_API_KEY); never written anywhere."),
+    concurrency: int = typer.Option(4, "--concurrency", min=1, help="Parallel judge requests."),
+    timeout: float = typer.Option(180.0, "--timeout", help="Seconds per request before it counts as a timeout."),
+    max_attempts: int = typer.Option(5, "--max-attempts", min=1, help="Attempts per item (retries on 429/5xx/timeouts/unparseable)."),
+    backoff: float = typer.Option(1.0, "--backoff", help="First retry delay in seconds (doubles, with jitter)."),
+    backoff_max: float = typer.Option(60.0, "--backoff-max", min=0, help="Longest wait between attempts, Retry-After included."),
+    seed: int = typer.Option(0, "--seed", help="Sampling seed sent to servers that take one."),
+    reasoning_effort: Optional[str] = typer.Option(None, "--reasoning-effort", metavar="[low|medium|high]", help="low, medium or high, for reasoning models (the paper: medium)."),
+    temperature: Optional[str] = typer.Option(None, "--temperature", help="Sampling temperature (default 0; dropped for the run if the model refuses it; 'default' never sends one)."),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1, help="Answer length limit (sent as max_completion_tokens if the endpoint asks for it)."),
+    judge_option: List[str] = typer.Option([], "--judge-option", help="Extra request body field KEY=VALUE (VALUE as JSON when it parses; repeatable)."),
+    json_mode: bool = typer.Option(True, "--json-mode/--no-json-mode", help="Ask for a JSON response format."),
+    structured: bool = typer.Option(True, "--structured/--no-structured", help="Ask for the answer's JSON schema (structured output) before plain JSON mode."),
+    preflight: bool = typer.Option(True, "--preflight/--no-preflight", help="One small request first; a dead endpoint, a refused key or an unknown model stops the run at once."),
+    image_max_side: int = typer.Option(1024, "--image-max-side", help="Downscale larger images before sending (0: never)."),
+    cache: Optional[Path] = typer.Option(None, "--cache", help="SQLite answer cache (default RUN_DIR/judge_cache.sqlite, or $WORLDEVAL_CACHE_DIR)."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the answer cache."),
+    step_accuracy: bool = typer.Option(False, "--step-accuracy", help="Also judge each step on its own (designated-step accuracy)."),
+    step_scope: str = typer.Option("paper", "--step-scope", metavar="[paper|all]", help="Cases given step checks: paper (four-step cases without an endpoint reference image) or all."),
+    keyframes: str = typer.Option("changepoint", "--keyframes", metavar="[changepoint|agentic]", help="Video keyframe selector: changepoint (no model) or agentic (asks the judge endpoint)."),
+    keyframe_samples: int = typer.Option(16, "--keyframe-samples", min=2, help="Frames of the agentic selector's coarse pass."),
+    keyframe_dense: int = typer.Option(8, "--keyframe-dense", min=2, help="Frames of each dense pass of the agentic selector."),
+    keyframe_budget: Optional[int] = typer.Option(None, "--keyframe-budget", min=1, help="VLM requests per video for the agentic selector (default 1 + steps)."),
+    case: List[str] = typer.Option([], "--case", help="Judge only these case ids (repeatable)."),
+    judge_transport: str = typer.Option("openai", "--judge-transport", metavar="[openai|mock]", help="openai: an OpenAI-compatible endpoint; mock: scripted answers from --judge-script, offline."),
+    judge_script: Optional[Path] = typer.Option(None, "--judge-script", help="JSON file of scripted answers for --judge-transport mock (see docs/judge.md)."),
+    circuit_breaker: int = typer.Option(5, "--circuit-breaker", min=0, help="Stop (exit 3) when the first N judged items all fail the same way (0: never)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q"),
+) -> None:
+    """Judge one model's outputs with a multimodal LLM and write judgments.jsonl + manifest.json."""
+    if step_scope not in ("paper", "all"):
+        _fail(f"--step-scope must be paper or all, not {step_scope!r}")
+    if keyframes not in ("changepoint", "agentic"):
+        _fail(f"--keyframes must be changepoint or agentic, not {keyframes!r}")
+    if judge_transport != "mock" and not (judge_model or os.environ.get("WORLDEVAL_JUDGE_MODEL")):
+        _fail("no judge model: pass --judge-model or set WORLDEVAL_JUDGE_MODEL")
+    _check_judge_inputs(dataset, outputs, list(case))  # before the cache file or the run folder exists
+    client = _judge_client(
+        out, cache, no_cache, judge_transport, judge_script, base_url=base_url, model=judge_model,
+        api_key=api_key, concurrency=concurrency, timeout_s=timeout, max_attempts=max_attempts, seed=seed,
+        json_mode=json_mode, backoff_base_s=backoff, backoff_max_s=backoff_max,
+        image_max_side=image_max_side or None, reasoning_effort=reasoning_effort, max_tokens=max_tokens,
+        structured=structured, preflight=preflight, **_judge_settings(temperature, judge_option))
+    selector = _selector(client, keyframes, keyframe_samples, keyframe_dense, keyframe_budget)
+    extra = {"cache": None if no_cache else str(cache or _default_cache(out)),
+             "keyframes": {"selector": keyframes, "samples": keyframe_samples, "dense": keyframe_dense,
+                           "budget": keyframe_budget}}
+    _judge_and_report(client, dict(dataset=dataset, outputs=outputs, model=model, out_dir=out,
+                                   step_accuracy=step_accuracy, step_scope=step_scope, keyframe_selector=selector,
+                                   case_ids=list(case) or None, extra_config=extra, breaker=circuit_breaker),
+                      quiet)
 
-    @app.command("judge")
-    def judge_cmd(
-        dataset: Path = typer.Option(..., "--dataset", help="WorldCast dataset folder (holds cases.jsonl)."),
-        outputs: Path = typer.Option(..., "--outputs", help="Folder with one sub-folder of outputs per case id."),
-        model: str = typer.Option(..., "--model", help="Name of the evaluated generator (recorded with every judgment)."),
-        out: Path = typer.Option(..., "--out", help="Run folder; rerunning on it resumes."),
-        base_url: Optional[str] = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint (or OPENAI_BASE_URL)."),
-        judge_model: Optional[str] = typer.Option(None, "--judge-model", help="Judge model (or WORLDEVAL_JUDGE_MODEL)."),
-        api_key: Optional[str] = typer.Option(None, "--api-key", help="API key (or OPENAI_API_KEY); never written anywhere."),
-        concurrency: int = typer.Option(4, "--concurrency", min=1, help="Parallel judge requests."),
-        timeout: float = typer.Option(180.0, "--timeout", help="Seconds per request before it counts as a timeout."),
-        max_attempts: int = typer.Option(5, "--max-attempts", min=1, help="Attempts per item (retries on 429/5xx/timeouts/unparseable)."),
-        backoff: float = typer.Option(1.0, "--backoff", help="First retry delay in seconds (doubles, with jitter)."),
-        backoff_max: float = typer.Option(60.0, "--backoff-max", min=0, help="Longest wait between attempts, Retry-After included."),
-        seed: int = typer.Option(0, "--seed", help="Sampling seed sent to servers that take one."),
-        reasoning_effort: Optional[str] = typer.Option(None, "--reasoning-effort", metavar="[low|medium|high]", help="low, medium or high, for reasoning models (the paper: medium)."),
-        temperature: Optional[str] = typer.Option(None, "--temperature", help="Sampling temperature (default 0; dropped for the run if the model refuses it; 'default' never sends one)."),
-        max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1, help="Answer length limit (sent as max_completion_tokens if the endpoint asks for it)."),
-        judge_option: List[str] = typer.Option([], "--judge-option", help="Extra request body field KEY=VALUE (VALUE as JSON when it parses; repeatable)."),
-        json_mode: bool = typer.Option(True, "--json-mode/--no-json-mode", help="Ask for a JSON response format."),
-        structured: bool = typer.Option(True, "--structured/--no-structured", help="Ask for the answer's JSON schema (structured output) before plain JSON mode."),
-        preflight: bool = typer.Option(True, "--preflight/--no-preflight", help="One small request first; a dead endpoint, a refused key or an unknown model stops the run at once."),
-        image_max_side: int = typer.Option(1024, "--image-max-side", help="Downscale larger images before sending (0: never)."),
-        cache: Optional[Path] = typer.Option(None, "--cache", help="SQLite answer cache (default RUN_DIR/judge_cache.sqlite, or $WORLDEVAL_CACHE_DIR)."),
-        no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the answer cache."),
-        step_accuracy: bool = typer.Option(False, "--step-accuracy", help="Also judge each step on its own (designated-step accuracy)."),
-        step_scope: str = typer.Option("paper", "--step-scope", metavar="[paper|all]", help="Cases given step checks: paper (four-step cases without an endpoint reference image) or all."),
-        keyframes: str = typer.Option("changepoint", "--keyframes", metavar="[changepoint|agentic]", help="Video keyframe selector: changepoint (no model) or agentic (asks the judge endpoint)."),
-        keyframe_samples: int = typer.Option(16, "--keyframe-samples", min=2, help="Frames of the agentic selector's coarse pass."),
-        keyframe_dense: int = typer.Option(8, "--keyframe-dense", min=2, help="Frames of each dense pass of the agentic selector."),
-        keyframe_budget: Optional[int] = typer.Option(None, "--keyframe-budget", min=1, help="VLM requests per video for the agentic selector (default 1 + steps)."),
-        case: List[str] = typer.Option([], "--case", help="Judge only these case ids (repeatable)."),
-        judge_transport: str = typer.Option("openai", "--judge-transport", metavar="[openai|mock]", help="openai: an OpenAI-compatible endpoint; mock: scripted answers from --judge-script, offline."),
-        judge_script: Optional[Path] = typer.Option(None, "--judge-script", help="JSON file of scripted answers for --judge-transport mock (see docs/judge.md)."),
-        circuit_breaker: int = typer.Option(5, "--circuit-breaker", min=0, help="Stop (exit 3) when the first N judged items all fail the same way (0: never)."),
-        quiet: bool = typer.Option(False, "--quiet", "-q"),
-    ) -> None:
-        """Judge one model's outputs with a multimodal LLM and write judgments.jsonl + manifest.json."""
-        if step_scope not in ("paper", "all"):
-            _fail(f"--step-scope must be paper or all, not {step_scope!r}")
-        if keyframes not in ("changepoint", "agentic"):
-            _fail(f"--keyframes must be changepoint or agentic, not {keyframes!r}")
-        if judge_transport != "mock" and not (judge_model or os.environ.get("WORLDEVAL_JUDGE_MODEL")):
-            _fail("no judge model: pass --judge-model or set WORLDEVAL_JUDGE_MODEL")
-        _check_judge_inputs(dataset, outputs, list(case))  # before the cache file or the run folder exists
-        client = _judge_client(
-            out, cache, no_cache, judge_transport, judge_script, base_url=base_url, model=judge_model,
-            api_key=api_key, concurrency=concurrency, timeout_s=timeout, max_attempts=max_attempts, seed=seed,
-            json_mode=json_mode, backoff_base_s=backoff, backoff_max_s=backoff_max,
-            image_max_side=image_max_side or None, reasoning_effort=reasoning_effort, max_tokens=max_tokens,
-            structured=structured, preflight=preflight, **_judge_settings(temperature, judge_option))
-        selector = _selector(client, keyframes, keyframe_samples, keyframe_dense, keyframe_budget)
-        extra = {"cache": None if no_cache else str(cache or _default_cache(out)),
-                 "keyframes": {"selector": keyframes, "samples": keyframe_samples, "dense": keyframe_dense,
-                               "budget": keyframe_budget}}
-        _judge_and_report(client, dict(dataset=dataset, outputs=outputs, model=model, out_dir=out,
-                                       step_accuracy=step_accuracy, step_scope=step_scope, keyframe_selector=selector,
-                                       case_ids=list(case) or None, extra_config=extra, breaker=circuit_breaker),
-                          quiet)
 
-    @app.command("score")
-    def score_cmd(
-        run_dirs: List[Path] = typer.Argument(..., help="Run folders holding judgments.jsonl."),
-        as_json: bool = typer.Option(False, "--json", help="Print the SPEC JSON (plus rank and *_ci keys) instead of a table."),
-        step_accuracy: bool = typer.Option(False, "--step-accuracy", help="Add the per-step accuracy curve."),
-        bootstrap: int = typer.Option(2000, "--bootstrap", min=0, help="Case-bootstrap replicates for the 95% CIs (0: none)."),
-        seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
-    ) -> None:
-        """Final, TC, CP, VC with 95% CIs, per category, L3, L4 per model (failures excluded and counted)."""
-        from worldeval.worldcast.scoring import score_runs
+def _score_cmd(
+    run_dirs: List[Path] = typer.Argument(..., help="Run folders holding judgments.jsonl."),
+    as_json: bool = typer.Option(False, "--json", help="Print the SPEC JSON (plus rank and *_ci keys) instead of a table."),
+    step_accuracy: bool = typer.Option(False, "--step-accuracy", help="Add the per-step accuracy curve."),
+    bootstrap: int = typer.Option(2000, "--bootstrap", min=0, help="Case-bootstrap replicates for the 95% CIs (0: none)."),
+    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+) -> None:
+    """Final, TC, CP, VC with 95% CIs, per category, L3, L4 per model (failures excluded and counted)."""
+    from worldeval.worldcast.scoring import score_runs
 
-        try:
-            res = score_runs(run_dirs, step_accuracy=step_accuracy, bootstrap=bootstrap, seed=seed)
-        except (FileNotFoundError, ValueError) as exc:
-            _fail(str(exc))
-        if as_json:
-            typer.echo(json.dumps(res, indent=2, sort_keys=True))
-            return
-        _print_scores(res, step_accuracy)
-
-    @app.command("agreement")
-    def agreement_cmd(
-        run_dirs: List[Path] = typer.Argument(..., help="Run folders with the judged models."),
-        votes: Path = typer.Option(..., "--votes", help="JSONL of human pairwise votes (see docs/worldcast.md)."),
-    ) -> None:
-        """Judge-vs-human win rates, Pearson r per dimension and winner agreement (paper section 4.4)."""
-        from worldeval.worldcast.scoring import agreement
-
-        try:
-            res = agreement(run_dirs, votes)
-        except (FileNotFoundError, ValueError) as exc:
-            _fail(str(exc))
+    try:
+        res = score_runs(run_dirs, step_accuracy=step_accuracy, bootstrap=bootstrap, seed=seed)
+    except (FileNotFoundError, ValueError) as exc:
+        _fail(str(exc))
+    if as_json:
         typer.echo(json.dumps(res, indent=2, sort_keys=True))
+        return
+    _print_scores(res, step_accuracy)
 
-    @app.command("judges")
-    def judges_cmd(run_dirs: List[Path] = typer.Argument(..., help="Run folders of the same outputs scored by different judge models.")) -> None:
-        """Model ranking per judge model and the Kendall tau between judges (judge swap)."""
-        from worldeval.worldcast.scoring import judge_swap
 
-        try:
-            typer.echo(json.dumps(judge_swap(run_dirs), indent=2, sort_keys=True))
-        except (FileNotFoundError, ValueError) as exc:
-            _fail(str(exc))
+def _agreement_cmd(
+    run_dirs: List[Path] = typer.Argument(..., help="Run folders with the judged models."),
+    votes: Path = typer.Option(..., "--votes", help="JSONL of human pairwise votes (see docs/worldcast.md)."),
+) -> None:
+    """Judge-vs-human win rates, Pearson r per dimension and winner agreement (paper section 4.4)."""
+    from worldeval.worldcast.scoring import agreement
 
-    @app.command("repeats")
-    def repeats_cmd(
-        run_dirs: List[Path] = typer.Argument(..., help="One run folder per repeated generation round."),
-        ddof: int = typer.Option(1, "--ddof", help="1: sample std (default); 0: population std."),
-        as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
-    ) -> None:
-        """Mean ± std per category across repeated generation runs (one run folder per round)."""
-        from worldeval.worldcast.scoring import CATEGORY_ORDER, CATEGORY_SHORT, repeats
+    try:
+        res = agreement(run_dirs, votes)
+    except (FileNotFoundError, ValueError) as exc:
+        _fail(str(exc))
+    typer.echo(json.dumps(res, indent=2, sort_keys=True))
 
-        try:
-            res = repeats(run_dirs, ddof)
-        except (FileNotFoundError, ValueError) as exc:
-            _fail(str(exc))
-        if as_json:
-            typer.echo(json.dumps(res, indent=2, sort_keys=True))
-            return
-        from rich.console import Console
-        from rich.table import Table
 
-        cols = list(CATEGORY_ORDER) + ["L3", "L4", "overall"]
-        table = Table(title=f"WorldCast over repeated runs: mean ± std (ddof={ddof})")
-        table.add_column("model")
+def _judges_cmd(run_dirs: List[Path] = typer.Argument(..., help="Run folders of the same outputs scored by different judge models.")) -> None:
+    """Model ranking per judge model and the Kendall tau between judges (judge swap)."""
+    from worldeval.worldcast.scoring import judge_swap
+
+    try:
+        typer.echo(json.dumps(judge_swap(run_dirs), indent=2, sort_keys=True))
+    except (FileNotFoundError, ValueError) as exc:
+        _fail(str(exc))
+
+
+def _repeats_cmd(
+    run_dirs: List[Path] = typer.Argument(..., help="One run folder per repeated generation round."),
+    ddof: int = typer.Option(1, "--ddof", help="1: sample std (default); 0: population std."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """Mean ± std per category across repeated generation runs (one run folder per round)."""
+    from worldeval.worldcast.scoring import CATEGORY_ORDER, CATEGORY_SHORT, repeats
+
+    try:
+        res = repeats(run_dirs, ddof)
+    except (FileNotFoundError, ValueError) as exc:
+        _fail(str(exc))
+    if as_json:
+        typer.echo(json.dumps(res, indent=2, sort_keys=True))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    cols = list(CATEGORY_ORDER) + ["L3", "L4", "overall"]
+    table = Table(title=f"WorldCast over repeated runs: mean ± std (ddof={ddof})")
+    table.add_column("model")
+    for c in cols:
+        table.add_column(CATEGORY_SHORT.get(c, c), justify="right")
+    for m, stats in res["models"].items():
+        cells = []
         for c in cols:
-            table.add_column(CATEGORY_SHORT.get(c, c), justify="right")
-        for m, stats in res["models"].items():
-            cells = []
-            for c in cols:
-                st = stats.get(c)
-                if st is None:
-                    cells.append("-")
-                elif st["std"] is None:
-                    cells.append(f"{st['mean']:.1f}")
-                else:
-                    cells.append(f"{st['mean']:.1f} ± {st['std']:.2f}")
-            table.add_row(m, *cells)
-        Console(width=200).print(table)
+            st = stats.get(c)
+            if st is None:
+                cells.append("-")
+            elif st["std"] is None:
+                cells.append(f"{st['mean']:.1f}")
+            else:
+                cells.append(f"{st['mean']:.1f} ± {st['std']:.2f}")
+        table.add_row(m, *cells)
+    Console(width=200).print(table)
 
-    @app.command("prompts")
-    def prompts_cmd(
-        interface: str = typer.Option(..., "--interface", metavar="[grid|interleaved|video]", help="grid, interleaved or video."),
-        dataset: Optional[Path] = typer.Option(None, "--dataset", help="Dataset folder (default: the packaged samples)."),
-        out: Optional[Path] = typer.Option(None, "--out", help="Write JSONL here instead of stdout."),
-    ) -> None:
-        """Write each case's generation request for one output interface (hints are never included)."""
-        from worldeval.worldcast.cases import CaseError, load_cases
-        from worldeval.worldcast.prompts import INTERFACES, generation_request
-        from worldeval.worldcast.samples import sample_dataset
 
-        if interface not in INTERFACES:
-            _fail(f"--interface must be one of {', '.join(INTERFACES)}")
-        try:
-            cases = load_cases(dataset or sample_dataset())
-        except CaseError as exc:
-            _fail(str(exc))
-        lines = [json.dumps(generation_request(c, interface).to_json(), ensure_ascii=False) for c in cases]
-        text = "\n".join(lines) + "\n"
-        if out:
-            from worldeval.runs import atomic_write_text
+def _prompts_cmd(
+    interface: str = typer.Option(..., "--interface", metavar="[grid|interleaved|video]", help="grid, interleaved or video."),
+    dataset: Optional[Path] = typer.Option(None, "--dataset", help="Dataset folder (default: the packaged samples)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write JSONL here instead of stdout."),
+) -> None:
+    """Write each case's generation request for one output interface (hints are never included)."""
+    from worldeval.worldcast.cases import CaseError, load_cases
+    from worldeval.worldcast.prompts import INTERFACES, generation_request
+    from worldeval.worldcast.samples import sample_dataset
 
-            atomic_write_text(out, text)
-            typer.echo(f"{len(lines)} requests -> {out}", err=True)
-        else:
-            typer.echo(text, nl=False)
+    if interface not in INTERFACES:
+        _fail(f"--interface must be one of {', '.join(INTERFACES)}")
+    try:
+        cases = load_cases(dataset or sample_dataset())
+    except CaseError as exc:
+        _fail(str(exc))
+    lines = [json.dumps(generation_request(c, interface).to_json(), ensure_ascii=False) for c in cases]
+    text = "\n".join(lines) + "\n"
+    if out:
+        from worldeval.runs import atomic_write_text
 
-    @app.command("keyframes")
-    def keyframes_cmd(
-        video: Path = typer.Argument(..., help="A generated video."),
-        steps: int = typer.Option(..., "--steps", min=1, help="Number of keyframes (requested states)."),
-        out: Path = typer.Option(..., "--out", help="Folder for step_k.jpg and selection.json."),
-    ) -> None:
-        """Pick K keyframes from a video with the model-free change-point selector."""
-        from worldeval.media import MediaError
-        from worldeval.worldcast.keyframes import ChangePointSelector, KeyframeError, write_keyframes
+        atomic_write_text(out, text)
+        typer.echo(f"{len(lines)} requests -> {out}", err=True)
+    else:
+        typer.echo(text, nl=False)
 
-        try:
-            sel = ChangePointSelector().select(video, steps)
-            write_keyframes(sel, out)
-        except (KeyframeError, MediaError) as exc:
-            _fail(str(exc))
-        for s in sel.steps:
-            typer.echo(f"step {s['step']}: t={s['timestamp_seconds']:.3f}s frame {s['frame_index']}")
 
-    @app.command("samples")
-    def samples_cmd(
-        out: Optional[Path] = typer.Option(None, "--out", help="Copy the packaged sample dataset and outputs here."),
-    ) -> None:
-        """Show (or copy) the packaged WorldCast sample cases and their correct/shuffled outputs."""
-        import shutil
+def _keyframes_cmd(
+    video: Path = typer.Argument(..., help="A generated video."),
+    steps: int = typer.Option(..., "--steps", min=1, help="Number of keyframes (requested states)."),
+    out: Path = typer.Option(..., "--out", help="Folder for step_k.jpg and selection.json."),
+) -> None:
+    """Pick K keyframes from a video with the model-free change-point selector."""
+    from worldeval.media import MediaError
+    from worldeval.worldcast.keyframes import ChangePointSelector, KeyframeError, write_keyframes
 
-        from worldeval.worldcast.samples import sample_dataset, sample_outputs, samples_root
+    try:
+        sel = ChangePointSelector().select(video, steps)
+        write_keyframes(sel, out)
+    except (KeyframeError, MediaError) as exc:
+        _fail(str(exc))
+    for s in sel.steps:
+        typer.echo(f"step {s['step']}: t={s['timestamp_seconds']:.3f}s frame {s['frame_index']}")
 
-        if out:
-            shutil.copytree(samples_root(), out, dirs_exist_ok=True)
-            typer.echo(f"copied samples to {out}")
-        else:
-            typer.echo(f"dataset: {sample_dataset()}")
-            for kind in ("correct", "shuffled"):
-                typer.echo(f"outputs ({kind}): {sample_outputs(kind)}")
+
+def _samples_cmd(
+    out: Optional[Path] = typer.Option(None, "--out", help="Copy the packaged sample dataset and outputs here."),
+) -> None:
+    """Show (or copy) the packaged WorldCast sample cases and their correct/shuffled outputs."""
+    import shutil
+
+    from worldeval.worldcast.samples import sample_dataset, sample_outputs, samples_root
+
+    if out:
+        shutil.copytree(samples_root(), out, dirs_exist_ok=True)
+        typer.echo(f"copied samples to {out}")
+    else:
+        typer.echo(f"dataset: {sample_dataset()}")
+        for kind in ("correct", "shuffled"):
+            typer.echo(f"outputs ({kind}): {sample_outputs(kind)}")
 
 
 def _host(base_url: Optional[str]) -> str:
@@ -441,115 +435,132 @@ def _llm_client(model: str, base_url, api_key, timeout: float, max_attempts: int
     return JudgeClient(cfg, None)
 
 
-def _register_generate(app: typer.Typer) -> None:
-    @app.command("generate")
-    def generate_cmd(
-        dataset: Path = typer.Option(..., "--dataset", help="WorldCast dataset folder (holds cases.jsonl)."),
-        interface: str = typer.Option(..., "--interface", metavar="[interleaved|grid|video]", help="interleaved, grid or video."),
-        out: Path = typer.Option(..., "--out", help="Outputs folder (one sub-folder per case); rerunning resumes."),
-        base_url: Optional[str] = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint (or OPENAI_BASE_URL)."),
-        gen_model: Optional[str] = typer.Option(None, "--gen-model", help="Image or video generation model."),
-        api_key: Optional[str] = typer.Option(None, "--api-key", help="API key (or OPENAI_API_KEY); never written anywhere."),
-        enhancer: Optional[str] = typer.Option(None, "--enhancer", help="LLM that first rewrites the request into a per-state plan."),
-        llm_base_url: Optional[str] = typer.Option(None, "--llm-base-url", help="Endpoint of the enhancer/inspector (default --base-url)."),
-        plan_iterate: bool = typer.Option(False, "--plan-iterate", help="Plan the states, then generate each from the previous one."),
-        agentic: bool = typer.Option(False, "--agentic", help="Plan & Iterate with a VLM inspecting each state and regenerating within --budget."),
-        budget: Optional[str] = typer.Option(None, "--budget", help="Image calls per case for --agentic: a number or e.g. 2K (2 x steps)."),
-        inspector: Optional[str] = typer.Option(None, "--inspector", help="VLM inspecting states (default: --enhancer, else --gen-model)."),
-        command: Optional[str] = typer.Option(None, "--command", help="Run a local model instead: a shell command with {case_dir} {out_dir} {prompt_file} {request_file} {case_id} {steps} {interface}."),
-        command_timeout: float = typer.Option(3600.0, "--command-timeout", help="Seconds per case for --command."),
-        size: Optional[str] = typer.Option(None, "--size", help="Image size sent to the images API (default: the server's)."),
-        quality: Optional[str] = typer.Option(None, "--quality", help="Image quality sent to the images API."),
-        video_seconds: Optional[str] = typer.Option(None, "--video-seconds", help="Clip length sent to the Videos API."),
-        video_size: Optional[str] = typer.Option(None, "--video-size", help="Resolution sent to the Videos API."),
-        timeout: float = typer.Option(600.0, "--timeout", help="Seconds per request."),
-        max_attempts: int = typer.Option(3, "--max-attempts", min=1, help="Attempts per call (each counts against --budget)."),
-        backoff: float = typer.Option(2.0, "--backoff", help="First retry delay in seconds (doubles, with jitter)."),
-        poll: float = typer.Option(5.0, "--poll", help="Seconds between Videos API status checks."),
-        concurrency: int = typer.Option(1, "--concurrency", min=1, help="Cases generated in parallel."),
-        case: List[str] = typer.Option([], "--case", help="Generate only these case ids (repeatable)."),
-        force: bool = typer.Option(False, "--force", help="Resume a folder made with another config (its cases are redone)."),
-        quiet: bool = typer.Option(False, "--quiet", "-q"),
-    ) -> None:
-        """Generate one model's outputs for a dataset in the layout `worldcast judge` reads."""
-        from worldeval.runs import ResumeError
-        from worldeval.worldcast.cases import CaseError
-        from worldeval.worldcast.generate import EndpointUnusable, GenerateOptions, run_generate
-        from worldeval.worldcast.generate_api import GenConfig, GenEndpoint
+def _generate_cmd(
+    dataset: Path = typer.Option(..., "--dataset", help="WorldCast dataset folder (holds cases.jsonl)."),
+    interface: str = typer.Option(..., "--interface", metavar="[interleaved|grid|video]", help="interleaved, grid or video."),
+    out: Path = typer.Option(..., "--out", help="Outputs folder (one sub-folder per case); rerunning resumes."),
+    base_url: Optional[str] = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint (or OPENAI_BASE_URL)."),
+    gen_model: Optional[str] = typer.Option(None, "--gen-model", help="Image or video generation model."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", help="API key (or OPENAI_API_KEY); never written anywhere."),
+    enhancer: Optional[str] = typer.Option(None, "--enhancer", help="LLM that first rewrites the request into a per-state plan."),
+    llm_base_url: Optional[str] = typer.Option(None, "--llm-base-url", help="Endpoint of the enhancer/inspector (default --base-url)."),
+    plan_iterate: bool = typer.Option(False, "--plan-iterate", help="Plan the states, then generate each from the previous one."),
+    agentic: bool = typer.Option(False, "--agentic", help="Plan & Iterate with a VLM inspecting each state and regenerating within --budget."),
+    budget: Optional[str] = typer.Option(None, "--budget", help="Image calls per case for --agentic: a number or e.g. 2K (2 x steps)."),
+    inspector: Optional[str] = typer.Option(None, "--inspector", help="VLM inspecting states (default: --enhancer, else --gen-model)."),
+    command: Optional[str] = typer.Option(None, "--command", help="Run a local model instead: a shell command with {case_dir} {out_dir} {prompt_file} {request_file} {case_id} {steps} {interface}."),
+    command_timeout: float = typer.Option(3600.0, "--command-timeout", help="Seconds per case for --command."),
+    size: Optional[str] = typer.Option(None, "--size", help="Image size sent to the images API (default: the server's)."),
+    quality: Optional[str] = typer.Option(None, "--quality", help="Image quality sent to the images API."),
+    video_seconds: Optional[str] = typer.Option(None, "--video-seconds", help="Clip length sent to the Videos API."),
+    video_size: Optional[str] = typer.Option(None, "--video-size", help="Resolution sent to the Videos API."),
+    timeout: float = typer.Option(600.0, "--timeout", help="Seconds per request."),
+    max_attempts: int = typer.Option(3, "--max-attempts", min=1, help="Attempts per call (each counts against --budget)."),
+    backoff: float = typer.Option(2.0, "--backoff", help="First retry delay in seconds (doubles, with jitter)."),
+    poll: float = typer.Option(5.0, "--poll", help="Seconds between Videos API status checks."),
+    concurrency: int = typer.Option(1, "--concurrency", min=1, help="Cases generated in parallel."),
+    case: List[str] = typer.Option([], "--case", help="Generate only these case ids (repeatable)."),
+    force: bool = typer.Option(False, "--force", help="Resume a folder made with another config (its cases are redone)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q"),
+) -> None:
+    """Generate one model's outputs for a dataset in the layout `worldcast judge` reads."""
+    from worldeval.runs import ResumeError
+    from worldeval.worldcast.cases import CaseError
+    from worldeval.worldcast.generate import EndpointUnusable, GenerateOptions, run_generate
+    from worldeval.worldcast.generate_api import GenConfig, GenEndpoint
 
-        base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
-        api_key = api_key or os.environ.get("OPENAI_API_KEY") or None
-        endpoint = None
-        if gen_model:
-            endpoint = GenEndpoint(GenConfig(
-                model=gen_model, base_url=base_url, api_key=api_key, timeout_s=timeout, max_attempts=max_attempts,
-                backoff_base_s=backoff, size=size, quality=quality, video_seconds=video_seconds,
-                video_size=video_size, poll_interval_s=poll))
-        llm = lambda m: _llm_client(m, llm_base_url or base_url, api_key, timeout, max_attempts, backoff, concurrency)
-        planner = enhancer or (gen_model if (plan_iterate or agentic) else None)
-        checker = inspector or enhancer or gen_model
-        opts = GenerateOptions(
-            interface=interface, endpoint=endpoint, enhancer=llm(planner) if planner else None,
-            inspector=llm(checker) if agentic and checker else None, plan_iterate=plan_iterate, agentic=agentic,
-            budget=budget, command=command, command_timeout_s=command_timeout, concurrency=concurrency,
-        )
-        if endpoint is not None and not quiet:
-            typer.echo(f"generation endpoint: {_host(base_url)}, model {gen_model!r}", err=True)
-        try:
-            res = run_generate(dataset, out, opts, case_ids=list(case) or None, force=force,
-                               progress=None if quiet else (lambda s: typer.echo(s, err=True)))
-        except EndpointUnusable as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(3)
-        except (CaseError, ResumeError, ValueError) as exc:
-            _fail(str(exc))
-        typer.echo(f"generated {len(res.done)}, kept {len(res.kept)}, failed {len(res.failed)} "
-                   f"({res.image_calls} generation calls) -> {out}")
-        for cid, err in sorted(res.failed.items()):
-            typer.echo(f"  {cid}: {err}", err=True)
-        if res.failed:
-            typer.echo(f"{len(res.failed)} case(s) failed; rerun the same command to retry only those.", err=True)
-            raise typer.Exit(1)
+    base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
+    api_key = api_key or os.environ.get("OPENAI_API_KEY") or None
+    endpoint = None
+    if gen_model:
+        endpoint = GenEndpoint(GenConfig(
+            model=gen_model, base_url=base_url, api_key=api_key, timeout_s=timeout, max_attempts=max_attempts,
+            backoff_base_s=backoff, size=size, quality=quality, video_seconds=video_seconds,
+            video_size=video_size, poll_interval_s=poll))
+    llm = lambda m: _llm_client(m, llm_base_url or base_url, api_key, timeout, max_attempts, backoff, concurrency)
+    planner = enhancer or (gen_model if (plan_iterate or agentic) else None)
+    checker = inspector or enhancer or gen_model
+    opts = GenerateOptions(
+        interface=interface, endpoint=endpoint, enhancer=llm(planner) if planner else None,
+        inspector=llm(checker) if agentic and checker else None, plan_iterate=plan_iterate, agentic=agentic,
+        budget=budget, command=command, command_timeout_s=command_timeout, concurrency=concurrency,
+    )
+    if endpoint is not None and not quiet:
+        typer.echo(f"generation endpoint: {_host(base_url)}, model {gen_model!r}", err=True)
+    try:
+        res = run_generate(dataset, out, opts, case_ids=list(case) or None, force=force,
+                           progress=None if quiet else (lambda s: typer.echo(s, err=True)))
+    except EndpointUnusable as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(3)
+    except (CaseError, ResumeError, ValueError) as exc:
+        _fail(str(exc))
+    typer.echo(f"generated {len(res.done)}, kept {len(res.kept)}, failed {len(res.failed)} "
+               f"({res.image_calls} generation calls) -> {out}")
+    for cid, err in sorted(res.failed.items()):
+        typer.echo(f"  {cid}: {err}", err=True)
+    if res.failed:
+        typer.echo(f"{len(res.failed)} case(s) failed; rerun the same command to retry only those.", err=True)
+        raise typer.Exit(1)
 
 
-def _register_keyframe_agreement(app: typer.Typer) -> None:
-    @app.command("keyframe-agreement")
-    def keyframe_agreement_cmd(
-        human: Path = typer.Option(..., "--human", help="Human keyframe choices: DIR/<annotator>/<case_id>.json (see docs/worldcast.md)."),
-        run: Path = typer.Option(..., "--run", help="A `worldcast judge` run folder over video outputs."),
-        base_url: Optional[str] = typer.Option(None, "--base-url", help="Judge endpoint (default: the run's, or OPENAI_BASE_URL)."),
-        api_key: Optional[str] = typer.Option(None, "--api-key", help="API key (or OPENAI_API_KEY); never written anywhere."),
-        no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the run's answer cache."),
-        as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
-        quiet: bool = typer.Option(False, "--quiet", "-q"),
-    ) -> None:
-        """Score human- and adapter-selected keyframes with the run's judge; Pearson r and per-case differences."""
-        from worldeval.judge import JudgeCache, JudgeClient
-        from worldeval.worldcast.cases import CaseError
-        from worldeval.worldcast.keyframe_agreement import judge_config_of, keyframe_agreement
+def _keyframe_agreement_cmd(
+    human: Path = typer.Option(..., "--human", help="Human keyframe choices: DIR/<annotator>/<case_id>.json (see docs/worldcast.md)."),
+    run: Path = typer.Option(..., "--run", help="A `worldcast judge` run folder over video outputs."),
+    base_url: Optional[str] = typer.Option(None, "--base-url", help="Judge endpoint (default: the run's, or OPENAI_BASE_URL)."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", help="API key (or OPENAI_API_KEY); never written anywhere."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the run's answer cache."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
+    quiet: bool = typer.Option(False, "--quiet", "-q"),
+) -> None:
+    """Score human- and adapter-selected keyframes with the run's judge; Pearson r and per-case differences."""
+    from worldeval.judge import JudgeCache, JudgeClient
+    from worldeval.worldcast.cases import CaseError
+    from worldeval.worldcast.keyframe_agreement import judge_config_of, keyframe_agreement
 
-        try:
-            cfg, _ = judge_config_of(run, base_url or os.environ.get("OPENAI_BASE_URL"),
-                                     api_key or os.environ.get("OPENAI_API_KEY"))
-        except (OSError, ValueError) as exc:
-            _fail(str(exc))
-        client = JudgeClient(cfg, None if no_cache else JudgeCache(_default_cache(run)))
-        try:
-            res = keyframe_agreement(run, human, client, progress=None if quiet else (lambda s: typer.echo(s, err=True)))
-        except (CaseError, ValueError, OSError) as exc:
-            _fail(str(exc))
-        finally:
-            if client.cache is not None:
-                client.cache.close()
-        if as_json:
-            typer.echo(json.dumps(res, indent=2, sort_keys=True))
-            return
-        r = res["pearson_r"]
-        typer.echo(f"Pearson r = {r:.4f} (p = {res['p_value']:.3g}) over {res['n_cases']} case(s)" if r is not None
-                   else f"Pearson r: - ({res['note']})")
-        for row in res["cases"]:
-            each = ", ".join(f"{a} {v:.1f}" for a, v in sorted(row["human_finals"].items()))
-            typer.echo(f"  {row['case_id']}: adapter {row['adapter_final']:.1f}, human {row['human_final']:.1f} "
-                       f"({each}), difference {row['difference']:+.1f}")
-        for what, why in sorted(res["skipped"].items()):
-            typer.echo(f"  skipped {what}: {why}", err=True)
+    try:
+        cfg, _ = judge_config_of(run, base_url or os.environ.get("OPENAI_BASE_URL"),
+                                 api_key or os.environ.get("OPENAI_API_KEY"))
+    except (OSError, ValueError) as exc:
+        _fail(str(exc))
+    client = JudgeClient(cfg, None if no_cache else JudgeCache(_default_cache(run)))
+    try:
+        res = keyframe_agreement(run, human, client, progress=None if quiet else (lambda s: typer.echo(s, err=True)))
+    except (CaseError, ValueError, OSError) as exc:
+        _fail(str(exc))
+    finally:
+        if client.cache is not None:
+            client.cache.close()
+    if as_json:
+        typer.echo(json.dumps(res, indent=2, sort_keys=True))
+        return
+    r = res["pearson_r"]
+    typer.echo(f"Pearson r = {r:.4f} (p = {res['p_value']:.3g}) over {res['n_cases']} case(s)" if r is not None
+               else f"Pearson r: - ({res['note']})")
+    for row in res["cases"]:
+        each = ", ".join(f"{a} {v:.1f}" for a, v in sorted(row["human_finals"].items()))
+        typer.echo(f"  {row['case_id']}: adapter {row['adapter_final']:.1f}, human {row['human_final']:.1f} "
+                   f"({each}), difference {row['difference']:+.1f}")
+    for what, why in sorted(res["skipped"].items()):
+        typer.echo(f"  skipped {what}: {why}", err=True)
+
+
+# In the order `worldeval worldcast --help` lists them.
+_COMMANDS = (
+    ("demo", _demo_cmd),
+    ("generate", _generate_cmd),
+    ("keyframe-agreement", _keyframe_agreement_cmd),
+    ("judge", _judge_cmd),
+    ("score", _score_cmd),
+    ("agreement", _agreement_cmd),
+    ("judges", _judges_cmd),
+    ("repeats", _repeats_cmd),
+    ("prompts", _prompts_cmd),
+    ("keyframes", _keyframes_cmd),
+    ("samples", _samples_cmd),
+)
+
+
+def register(app: typer.Typer) -> None:
+    for name, command in _COMMANDS:
+        app.command(name)(command)

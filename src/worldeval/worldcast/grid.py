@@ -107,83 +107,116 @@ class AxisCuts:
     trimmed: tuple[int, int]
 
 
+@dataclass
+class _Lines:
+    """The runs of uniform lines along one axis of a grid image, and the scales cuts are judged at."""
+
+    length: int  # pixels along the axis
+    colour: np.ndarray  # mean colour of every line
+    runs: list[tuple[int, int]]
+    cell0: float  # nominal cell size
+    max_gutter: int  # widest run that is still a gutter
+
+    def run_colour(self, r: tuple[int, int]) -> np.ndarray:
+        return self.colour[r[0]:r[1]].mean(axis=0)
+
+
 def _axis_cuts(img: np.ndarray, n: int, axis: int, path: str | Path) -> AxisCuts:
     length = img.shape[1] if axis == 1 else img.shape[0]
     mask, colour = _line_stats(img, axis)
-    runs = _runs(mask, colour)
     cell0 = length / n
-    max_gutter = max(1, int(round(MAX_GUTTER_FRAC * cell0)))
-    window = SEARCH_FRAC * cell0
+    lines = _Lines(length, colour, _runs(mask, colour), cell0, max(1, int(round(MAX_GUTTER_FRAC * cell0))))
+    found, gutter_colour = _gutters(lines, n)
+    if gutter_colour is not None:
+        found = _widen_gutters(img, axis, lines, found, gutter_colour)
+    lo, hi = _frame(lines, gutter_colour)
+    if hi - lo < n:
+        raise GridError(path, f"image too small to cut into {n} cells along {'width' if axis == 1 else 'height'}")
+    _check_cell_count(lines, n, lo, hi, axis, path)
+    spans = _spans(found, n, lo, hi)
+    sizes = [b - a for a, b in spans]
+    if min(sizes) <= 0 or max(sizes) > 1.35 * min(sizes):
+        raise GridError(path, f"cells along this axis have very unequal sizes {sizes}; the layout does not fit the image")
+    return AxisCuts(spans, [found[j] for j in sorted(found)], (lo, length - hi))
 
-    def run_colour(r):
-        return colour[r[0]:r[1]].mean(axis=0)
 
-    # 1. Gutters: a thin one-colour run near each nominal interior cut.
+def _gutters(lines: _Lines, n: int) -> tuple[dict[int, tuple[int, int]], np.ndarray | None]:
+    """1. Gutters: a thin one-colour run near each nominal interior cut, by cut index, and their colour.
+
+    Either every interior cut has one, all of one colour and width, or none counts (no colour).
+    """
+    window = SEARCH_FRAC * lines.cell0
     found: dict[int, tuple[int, int]] = {}
     for j in range(1, n):
-        x = j * cell0
-        near = [r for r in runs if r[0] < x + window and r[1] > x - window and 0 < r[0] and r[1] < length
-                and r[1] - r[0] <= max_gutter]
+        x = j * lines.cell0
+        near = [r for r in lines.runs if r[0] < x + window and r[1] > x - window and 0 < r[0] and r[1] < lines.length
+                and r[1] - r[0] <= lines.max_gutter]
         if near:
             found[j] = min(near, key=lambda r: abs((r[0] + r[1]) / 2 - x))
-    gutter_colour = None
     if n > 1 and len(found) == n - 1:
-        cols = np.stack([run_colour(r) for r in found.values()])
+        cols = np.stack([lines.run_colour(r) for r in found.values()])
         widths = [r[1] - r[0] for r in found.values()]
         if np.abs(cols - cols[0]).max() < COLOUR_STEP and max(widths) - min(widths) <= 2:
-            gutter_colour = cols.mean(axis=0)
-    if gutter_colour is None:
-        found = {}
-    else:
-        # Lossy compression smears a gutter's outermost lines into the cells; take those along.
-        std = img.astype(np.float32).std(axis=0 if axis == 1 else 1).max(axis=-1)
+            return found, cols.mean(axis=0)
+    return {}, None
 
-        def gutterish(i: int) -> bool:
-            return 0 <= i < length and std[i] < 2.5 * UNIFORM_STD and np.abs(colour[i] - gutter_colour).max() < 40
 
-        def content(i: int) -> bool:
-            return 0 <= i < length and std[i] >= 2.5 * UNIFORM_STD
+def _widen_gutters(img: np.ndarray, axis: int, lines: _Lines, found: dict[int, tuple[int, int]],
+                   gutter_colour: np.ndarray) -> dict[int, tuple[int, int]]:
+    """Lossy compression smears a gutter's outermost lines into the cells; take those along."""
+    std = img.astype(np.float32).std(axis=0 if axis == 1 else 1).max(axis=-1)
+    length, colour = lines.length, lines.colour
 
-        # Only a line or two, and only when real content follows right after: a wider uniform band
-        # next to the gutter is the cell's own background and stays in the cell.
-        for j, (a, b) in list(found.items()):
-            for t in (1, 2):
-                if all(gutterish(a - i) for i in range(1, t + 1)) and content(a - t - 1):
-                    a -= t
-                    break
-            for t in (1, 2):
-                if all(gutterish(b + i - 1) for i in range(1, t + 1)) and content(b + t):
-                    b += t
-                    break
-            found[j] = (a, b)
-    # 2. A frame: a thin edge run, in the gutter colour when there are gutters, else only a very thin one.
-    lo, hi = 0, length
-    for r in runs:
+    def gutterish(i: int) -> bool:
+        return 0 <= i < length and std[i] < 2.5 * UNIFORM_STD and np.abs(colour[i] - gutter_colour).max() < 40
+
+    def content(i: int) -> bool:
+        return 0 <= i < length and std[i] >= 2.5 * UNIFORM_STD
+
+    # Only a line or two, and only when real content follows right after: a wider uniform band
+    # next to the gutter is the cell's own background and stays in the cell.
+    out = {}
+    for j, (a, b) in found.items():
+        for t in (1, 2):
+            if all(gutterish(a - i) for i in range(1, t + 1)) and content(a - t - 1):
+                a -= t
+                break
+        for t in (1, 2):
+            if all(gutterish(b + i - 1) for i in range(1, t + 1)) and content(b + t):
+                b += t
+                break
+        out[j] = (a, b)
+    return out
+
+
+def _frame(lines: _Lines, gutter_colour: np.ndarray | None) -> tuple[int, int]:
+    """2. A frame: a thin edge run, in the gutter colour when there are gutters, else only a very thin one.
+
+    Returns [lo, hi), the part of the axis inside the frame.
+    """
+    lo, hi = 0, lines.length
+    for r in lines.runs:
         w = r[1] - r[0]
-        if r[0] != 0 and r[1] != length:
+        if r[0] != 0 and r[1] != lines.length:
             continue
         if gutter_colour is not None:
-            ok = w <= max_gutter and np.abs(run_colour(r) - gutter_colour).max() < COLOUR_STEP
+            ok = w <= lines.max_gutter and np.abs(lines.run_colour(r) - gutter_colour).max() < COLOUR_STEP
         else:
-            ok = w <= max(1, int(round(MAX_FRAME_FRAC * cell0)))
+            ok = w <= max(1, int(round(MAX_FRAME_FRAC * lines.cell0)))
         if ok and r[0] == 0:
             lo = r[1]
         elif ok:
             hi = r[0]
-    if hi - lo < n:
-        raise GridError(path, f"image too small to cut into {n} cells along {'width' if axis == 1 else 'height'}")
+    return lo, hi
+
+
+def _check_cell_count(lines: _Lines, n: int, lo: int, hi: int, axis: int, path: str | Path) -> None:
+    """GridError when the picture holds a different number of states than declared (e.g. a 1x3 collage read as 1x2).
+
+    The sign of it: thin separators of one colour and width, evenly spaced for another cell count.
+    """
     cell = (hi - lo) / n
-    # 3. Cuts: remove gutters; elsewhere cut at the nominal position.
-    bounds: list[tuple[int, int]] = []
-    for j in range(1, n):
-        if j in found:
-            bounds.append(found[j])
-        else:
-            c = int(round(lo + j * cell))
-            bounds.append((c, c))
-    # Thin separators of one colour and width, evenly spaced for another cell count, mean the picture holds a
-    # different number of states than declared (e.g. a 1x3 collage read as 1x2).
-    thin = [r for r in runs if lo < r[0] and r[1] < hi and 2 <= r[1] - r[0] <= max_gutter]
+    thin = [r for r in lines.runs if lo < r[0] and r[1] < hi and 2 <= r[1] - r[0] <= lines.max_gutter]
     expected = [lo + j * cell for j in range(1, n)]
     tol = ALT_TOL_FRAC * (hi - lo)
     for m in range(2, 9):
@@ -199,7 +232,7 @@ def _axis_cuts(img: np.ndarray, n: int, axis: int, path: str | Path) -> AxisCuts
                 break
             match.append(min(cand, key=lambda r: abs((r[0] + r[1]) / 2 - x)))
         else:
-            cols = np.stack([run_colour(r) for r in match])
+            cols = np.stack([lines.run_colour(r) for r in match])
             widths = [r[1] - r[0] for r in match]
             if np.abs(cols - cols[0]).max() < COLOUR_STEP and max(widths) - min(widths) <= 1:
                 name = "columns" if axis == 1 else "rows"
@@ -208,16 +241,25 @@ def _axis_cuts(img: np.ndarray, n: int, axis: int, path: str | Path) -> AxisCuts
                     f"the image shows separators for {m} {name} but the layout asks for {n}; "
                     f"check grid.json or the number of states in the image",
                 )
+
+
+def _spans(found: dict[int, tuple[int, int]], n: int, lo: int, hi: int) -> list[tuple[int, int]]:
+    """3. Cuts: [start, end) of every cell; gutters are removed, elsewhere the cut is at the nominal position."""
+    cell = (hi - lo) / n
+    bounds: list[tuple[int, int]] = []
+    for j in range(1, n):
+        if j in found:
+            bounds.append(found[j])
+        else:
+            c = int(round(lo + j * cell))
+            bounds.append((c, c))
     spans = []
     start = lo
     for end, nxt in bounds:
         spans.append((start, end))
         start = nxt
     spans.append((start, hi))
-    sizes = [b - a for a, b in spans]
-    if min(sizes) <= 0 or max(sizes) > 1.35 * min(sizes):
-        raise GridError(path, f"cells along this axis have very unequal sizes {sizes}; the layout does not fit the image")
-    return AxisCuts(spans, [found[j] for j in sorted(found)], (lo, length - hi))
+    return spans
 
 
 def cut_grid(img: np.ndarray, rows: int, cols: int, path: str | Path = "grid.png") -> tuple[list[np.ndarray], dict]:

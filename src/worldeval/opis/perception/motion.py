@@ -24,7 +24,7 @@ A rollout with a camera that translates through a 3-D scene shows parallax, whic
 not model; those parts become proposals too and are left to association's likeness floor.
 The parameters were chosen on the tuning clip (davis_bmx_trees). It is opt-in (classical backend
 option motion=on): on the reporting clips it did not raise association's agreement and it matched
-the removed dog of libby in more frames (docs/validation.md, "Fourth session").
+the removed dog of libby in more frames (docs/validation.md, "Moving parts").
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""Issue 10's report figures from hand-built archives: values computed by hand, never a pass without data."""
+"""The evaluator's acceptance figures from hand-built archives: values computed by hand, never a pass without data."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from worldeval.opis import validate_figures as vf
+from worldeval.opis import check_figures as vf
 from worldeval.opis.archive import COLUMNS
 
 FRAMES = [24, 32, 40, 48]
