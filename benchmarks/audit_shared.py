@@ -85,7 +85,7 @@ def main() -> None:
 
     from rich.console import Console
 
-    from worldeval.opis.audit import AuditConfig, render, run_audit
+    from worldeval.opis.checks.audit import AuditConfig, render, run_audit
 
     gt = lay_out(args.out / "gt")
     t0 = time.perf_counter()

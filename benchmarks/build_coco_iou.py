@@ -3,7 +3,7 @@
 The VLM is the judge's mock transport, scripted to propose each photo's
 annotated class names with the instance masks' boxes (2 px margin); each
 annotated instance is compared with its best-overlapping case mask. Rows say
-which half of the hold-out split (worldeval.opis.holdout) a photo is in, and
+which half of the hold-out split (worldeval.opis.checks.holdout) a photo is in, and
 the summary is given for all six photos and for each half. `--seeds` builds
 the dataset once per GrabCut seed: single instances move by up to 0.2 IoU
 between seeds (GrabCut's colour models start from a seeded k-means), so a
@@ -26,10 +26,10 @@ import numpy as np
 from PIL import Image
 
 from worldeval.judge import JudgeClient, JudgeConfig, MockTransport
-from worldeval.opis.annotate import mask_iou
-from worldeval.opis.build import BuildConfig, build_dataset
+from worldeval.opis.cases.annotate import mask_iou
+from worldeval.opis.cases.build import BuildConfig, build_dataset
 from worldeval.opis.case import load_case
-from worldeval.opis.holdout import part_of
+from worldeval.opis.checks.holdout import part_of
 
 COCO = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "coco_multiobj"
 TASK = {"camera": "pan-right-return", "amount": None, "instruction": "The camera pans right and back; nothing changes."}

@@ -1,6 +1,6 @@
-"""The evaluator's acceptance figures (`worldeval.opis.check_figures`), measured on the REPORTING part of ../shared/data only.
+"""The evaluator's acceptance figures (`worldeval.opis.checks.figures`), measured on the REPORTING part of ../shared/data only.
 
-The hold-out split is `worldeval.opis.holdout` (docs/validation.md): three COCO
+The hold-out split is `worldeval.opis.checks.holdout` (docs/validation.md): three COCO
 photos and the four davis2016_more clips are reported on; nothing tuned on them.
 It runs `opis validate` on the reporting photos and the real-clip checks on the
 reporting clips, then prints one line per figure with pass / FAIL / not measured.
@@ -24,12 +24,12 @@ from pathlib import Path
 
 
 def photo_part(args, out: Path, log) -> tuple[list, dict]:
-    from worldeval.opis import holdout
-    from worldeval.opis import check_figures as vf
+    from worldeval.opis.checks import holdout
+    from worldeval.opis.checks import figures as vf
     from worldeval.opis.archive import read_archive
-    from worldeval.opis.coco import build_coco_dataset
-    from worldeval.opis.synth import CAMERA_PATHS, PanTrajectory, SynthConfig
-    from worldeval.opis.validate import ValidateConfig, run_validate
+    from worldeval.opis.cases.coco import build_coco_dataset
+    from worldeval.opis.checks.synth import CAMERA_PATHS, PanTrajectory, SynthConfig
+    from worldeval.opis.checks.validate import ValidateConfig, run_validate
 
     ds = out / "photos_dataset"
     part = holdout.REPORTING if args.part == "reporting" else holdout.TUNING
@@ -49,9 +49,9 @@ def photo_part(args, out: Path, log) -> tuple[list, dict]:
 
 
 def clip_part(args, out: Path, log) -> tuple[list, dict]:
-    from worldeval.opis import holdout
-    from worldeval.opis import check_figures as vf
-    from worldeval.opis.validate_real import run_validate_clips
+    from worldeval.opis.checks import holdout
+    from worldeval.opis.checks import figures as vf
+    from worldeval.opis.checks.validate_real import run_validate_clips
 
     clips = holdout.reporting_clips(args.data) if args.part == "reporting" else holdout.tuning_clips(args.data)
     result = run_validate_clips(clips, out / "clips", backend=args.backend, workers=args.workers,
@@ -65,7 +65,7 @@ def clip_part(args, out: Path, log) -> tuple[list, dict]:
 def demo_part(out: Path, log) -> list:
     """The demo (skimage photos, not part of the shared data split: it was looked at while tuning)."""
     from worldeval.cli_demo import run_demo
-    from worldeval.opis import check_figures as vf
+    from worldeval.opis.checks import figures as vf
     from worldeval.opis.archive import read_archive
 
     summary = run_demo(out, bootstrap=0, quiet=True)
@@ -88,8 +88,8 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-clips", action="store_true")
     ap.add_argument("--demo", action="store_true", help="also run `worldeval demo` (a few minutes) and report its figures")
     args = ap.parse_args(argv)
-    from worldeval.opis import holdout
-    from worldeval.opis import check_figures as vf
+    from worldeval.opis.checks import holdout
+    from worldeval.opis.checks import figures as vf
 
     args.data = args.data or holdout.SHARED_DATA
     args.out.mkdir(parents=True, exist_ok=True)
@@ -115,7 +115,7 @@ def main(argv=None) -> int:
     print(f"{'figure'.ljust(width)}  {'status':12}  value  [required]")
     for f in figs:
         print(f"{f.name.ljust(width)}  {f.status:12}  {f.value}  [{f.required}]")
-    print(f"measured on the {args.part} part of the hold-out split (worldeval.opis.holdout)")
+    print(f"measured on the {args.part} part of the hold-out split (worldeval.opis.checks.holdout)")
     summary = {"part": args.part, "figures": [f.as_dict() for f in figs], "seconds": round(time.perf_counter() - t0, 1)}
     (args.out / "faithful_report.json").write_text(json.dumps(summary, indent=2, default=str))
     print(f"details: {args.out / 'faithful_report.json'} ({summary['seconds']:.0f} s)")

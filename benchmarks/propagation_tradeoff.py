@@ -28,8 +28,8 @@ def clip_decisions(clip, res, th) -> tuple[int, int, int]:
     """(decisions, agreed by box IoU >= 0.3, agreed by mask IoU >= 0.5) of one evaluated clip."""
     from worldeval.opis.case import decode_rle
     from worldeval.opis.perception.association import box_iou
-    from worldeval.opis.synth import int_box
-    from worldeval.opis.validate_real import CLIP_TARGET
+    from worldeval.opis.checks.synth import int_box
+    from worldeval.opis.checks.validate_real import CLIP_TARGET
 
     total = float(clip.masks[0].size)
     first = max(float(clip.masks[0].sum()) / total, 1e-9)
@@ -60,11 +60,11 @@ def main(argv=None) -> int:
     ap.add_argument("--sides", default="480,640,854")
     ap.add_argument("--data", type=Path, default=None)
     args = ap.parse_args(argv)
-    from worldeval.opis import holdout
+    from worldeval.opis.checks import holdout
     from worldeval.opis.case import load_case
     from worldeval.opis.evaluate import EvalConfig, evaluate_rollout, load_backend
-    from worldeval.opis.gtclips import write_variant
-    from worldeval.opis.validate_real import ClipThresholds, load_gt_clip, write_clip_case
+    from worldeval.opis.checks.gtclips import write_variant
+    from worldeval.opis.checks.validate_real import ClipThresholds, load_gt_clip, write_clip_case
 
     data = args.data or holdout.SHARED_DATA
     folders = holdout.tuning_clips(data) if args.part == "tuning" else holdout.reporting_clips(data)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import ndimage as ndi
 
-from worldeval.opis.annotate import (
+from worldeval.opis.cases.annotate import (
     AnnotateError,
     AnnotateSpec,
     ObjectPrompt,

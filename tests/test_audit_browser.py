@@ -20,7 +20,7 @@ def page(tmp_path_factory):
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
-    from worldeval.opis.audit_manual import sample_audit
+    from worldeval.opis.checks.audit_manual import sample_audit
 
     root = tmp_path_factory.mktemp("audit_page")
     sample_audit(make_run(root), root / "audit", per_dimension=150, seed=0)
@@ -61,7 +61,7 @@ def _key(driver, keys):
 def test_label_by_click_and_keys_reload_export_and_agree(page):
     from selenium.webdriver.common.keys import Keys
 
-    from worldeval.opis.audit_manual import agree
+    from worldeval.opis.checks.audit_manual import agree
 
     root, d = page
     key = {k["id"]: k["evaluator"] for k in json.loads((root / "audit" / "key.json").read_text())["items"]}

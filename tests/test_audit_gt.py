@@ -24,7 +24,7 @@ FPS = 8
 
 
 def _audit(gt, out, variants=None):
-    from worldeval.opis.audit import AuditConfig, run_audit
+    from worldeval.opis.checks.audit import AuditConfig, run_audit
 
     cfg = AuditConfig(fps=FPS, workers=0, **({"variants": variants} if variants else {}))
     return run_audit(gt, out, cfg, log=lambda m: None)
@@ -188,7 +188,7 @@ def _bad_tree(tmp_path):
 
 
 def test_bad_input_names_the_file_and_the_other_clips_run(tmp_path):
-    from worldeval.opis.audit import AuditConfig, run_audit
+    from worldeval.opis.checks.audit import AuditConfig, run_audit
 
     gt = _bad_tree(tmp_path)
     res = run_audit(gt, tmp_path / "out", AuditConfig(fps=4, workers=0, variants=("real", "recoloured")), log=lambda m: None)
@@ -208,7 +208,7 @@ def test_bad_input_names_the_file_and_the_other_clips_run(tmp_path):
 
 
 def test_instances_json_errors_name_the_field(tmp_path):
-    from worldeval.opis.gtclips import load_clips
+    from worldeval.opis.checks.gtclips import load_clips
 
     relayout(tmp_path / "gt", "blackswan", "A", frames=range(0, 4), meta={"instances": {"255": {"kinematics": "wobbly"}}})
     clips, err = load_clips(tmp_path / "gt")
@@ -220,7 +220,7 @@ def test_layout_discovery_and_label_reading(tmp_path):
     """A folder that is itself a clip; DAVIS with two resolution levels (480p preferred); an RGB mask."""
     from PIL import Image
 
-    from worldeval.opis.gtclips import GTError, find_clips, load_clips, read_labels
+    from worldeval.opis.checks.gtclips import GTError, find_clips, load_clips, read_labels
 
     relayout(tmp_path / "one", "blackswan", "A", frames=range(0, 3))
     assert [c[0] for c in find_clips(tmp_path / "one" / "blackswan")] == ["blackswan"]
@@ -239,7 +239,7 @@ def test_layout_discovery_and_label_reading(tmp_path):
 def test_sparse_masks_give_the_real_video_only(tmp_path):
     """Masks on some frames only (as YouTube-VOS annotates): no interventions, and no association or
     visibility decision where a sampled frame has no mask."""
-    from worldeval.opis.audit import AuditConfig, run_audit
+    from worldeval.opis.checks.audit import AuditConfig, run_audit
 
     relayout(tmp_path / "gt", "blackswan", "A", frames=range(0, 40, 2))
     for k in (1, 2, 3, 8, 9):

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.skipif(not DAVIS.is_dir(), reason="shared DAVIS data no
 
 @pytest.fixture(scope="module")
 def audit(tmp_path_factory):
-    from worldeval.opis.audit_manual import sample_audit
+    from worldeval.opis.checks.audit_manual import sample_audit
 
     root = tmp_path_factory.mktemp("manual")
     run = make_run(root)
@@ -27,7 +27,7 @@ def _key(root):
 
 
 def test_every_decision_is_drawn_with_the_evaluators_label(audit):
-    from worldeval.opis.audit_manual import _candidates
+    from worldeval.opis.checks.audit_manual import _candidates
 
     root, res = audit
     # association 8, visibility 8, identity: a measured on 5 matched rows, structure on 3
@@ -61,7 +61,7 @@ def test_page_holds_no_decision(audit):
 
 
 def test_stratified_draw_visits_every_stratum_first(tmp_path):
-    from worldeval.opis.audit_manual import decisions_of, stratified
+    from worldeval.opis.checks.audit_manual import decisions_of, stratified
 
     run = make_run(tmp_path)
     pool = decisions_of(run)
@@ -73,7 +73,7 @@ def test_stratified_draw_visits_every_stratum_first(tmp_path):
 
 
 def test_agree_counts_and_rejects_bad_labels(audit, tmp_path):
-    from worldeval.opis.audit_manual import AuditError, agree
+    from worldeval.opis.checks.audit_manual import AuditError, agree
 
     root, _ = audit
     key = _key(root)
@@ -121,7 +121,7 @@ def test_cli_sample(tmp_path):
 def test_claim_repeatability_on_a_hand_made_pair(tmp_path):
     """Object-frame unit (what runs record today) and claim unit (per-claim verdicts in the records)."""
     from worldeval.cli import app
-    from worldeval.opis.audit_manual import repeatability
+    from worldeval.opis.checks.audit_manual import repeatability
 
     def rows(values):
         out = {}

@@ -17,10 +17,10 @@ import pytest
 from PIL import Image
 
 from worldeval.judge import JudgeCache, JudgeClient, JudgeConfig, MockTransport
-from worldeval.opis.annotate import ObjectPrompt, mask_iou
-from worldeval.opis.build import BuildConfig, build_dataset, image_states
-from worldeval.opis.build_phrases import clean_phrases, normalize
-from worldeval.opis.build_segment import _split_contested, _two_label_cut
+from worldeval.opis.cases.annotate import ObjectPrompt, mask_iou
+from worldeval.opis.cases.build import BuildConfig, build_dataset, image_states
+from worldeval.opis.cases.phrases import clean_phrases, normalize
+from worldeval.opis.cases.segment import _split_contested, _two_label_cut
 from worldeval.opis.case import iter_case_dirs, load_case
 from worldeval.runs import read_jsonl
 
@@ -131,7 +131,7 @@ def _coco_run(tmp_path: Path, ids: list[str], **cfg):
 
 
 # IoU of each large (>= 10% of the image) instance of reporting photos 142 and 387 (hold-out split,
-# worldeval.opis.holdout) as benchmarks/build_coco_iou.py measures it at seed 0, rounded down to 0.01
+# worldeval.opis.checks.holdout) as benchmarks/build_coco_iou.py measures it at seed 0, rounded down to 0.01
 # (0.965, 0.855, 0.804; laptops 0.851 and 0.809). The third reporting photo, 599 (cat 0.595, couch
 # 0.725), is left to the benchmark: its GrabCut alone takes longer than this whole test.
 REPORTING_LARGE_IOU = {("000000000142", "bottle"): [0.96], ("000000000142", "banana"): [0.85],
@@ -281,8 +281,8 @@ def test_threads_give_the_same_cases(tmp_path):
 
 
 def test_box_formats_of_other_vlms():
-    from worldeval.opis.build import BuildError
-    from worldeval.opis.build_vlm import pixel_box
+    from worldeval.opis.cases.build import BuildError
+    from worldeval.opis.cases.vlm import pixel_box
 
     with pytest.raises(BuildError, match="--box-format"):
         BuildConfig(box_format="center-wh").check()
@@ -372,7 +372,7 @@ def test_hf_concept_rounds_through_the_same_command(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
     from worldeval.cli import app
-    from worldeval.opis import build_cli
+    from worldeval.opis.cli import build as build_cli
     from worldeval.checkpoints.tiny import build_tiny_models
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -459,7 +459,7 @@ def test_cli_keeps_the_key_out_of_every_file(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
     from worldeval.cli import app
-    from worldeval.opis import build_cli
+    from worldeval.opis.cli import build as build_cli
 
     key = "sk-build-SECRET-5be1"
     img, objs = small("000000000387")
@@ -487,7 +487,7 @@ def test_concept_rounds_find_instances_a_first_query_missed():
     from scipy import ndimage as ndi
 
     from worldeval.opis.backends.base import Observation
-    from worldeval.opis.build_segment import concept_rounds
+    from worldeval.opis.cases.segment import concept_rounds
 
     img = np.full((60, 90, 3), 200, np.uint8)
     img[10:30, 10:40] = (220, 20, 20)  # larger red square
@@ -535,7 +535,7 @@ def test_images_from_opis_source_bring_their_vocabulary_and_subcategory(tmp_path
     assert "Name objects only with phrases from this list (the source's own labels): laptop; cell phone" \
         in transport.requests[0].text
     (folder / "provenance.json").write_text("{not json")
-    from worldeval.opis.build import BuildError
+    from worldeval.opis.cases.build import BuildError
 
     with pytest.raises(BuildError, match="provenance.json: provenance"):
         build_dataset(tmp_path / "accepted", tmp_path / "ds3", BuildConfig(), client)

@@ -12,8 +12,8 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from worldeval.judge import MockTransport
-from worldeval.opis import build_cli
-from worldeval.opis.annotate import mask_iou
+from worldeval.opis.cli import build as build_cli
+from worldeval.opis.cases.annotate import mask_iou
 from worldeval.opis.case import load_case
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"

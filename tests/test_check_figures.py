@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from worldeval.opis import check_figures as vf
+from worldeval.opis.checks import figures as vf
 from worldeval.opis.archive import COLUMNS
 
 FRAMES = [24, 32, 40, 48]

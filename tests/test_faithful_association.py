@@ -3,7 +3,7 @@
 Frames are the case's own I0 edited in place (no camera motion), so the right answer
 is known exactly: a recoloured object is still the object (matched, lower appearance),
 an inpainted-away object is gone (unmatched), an object pasted from another photo is
-an extra. COCO photos of the tuning part of the hold-out split (worldeval.opis.holdout).
+an extra. COCO photos of the tuning part of the hold-out split (worldeval.opis.checks.holdout).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def scene(tmp_path_factory):
     if not (DATA / "instances.json").exists():
         pytest.skip("shared data coco_multiobj not present")
     from worldeval.opis.case import load_case
-    from worldeval.opis.coco import build_coco_dataset
+    from worldeval.opis.cases.coco import build_coco_dataset
     from worldeval.opis.evaluate import load_backend
 
     out = tmp_path_factory.mktemp("coco")
@@ -76,7 +76,7 @@ def _others(case, target):
 @pytest.mark.slow
 def test_recoloured_object_is_matched_with_lower_appearance(scene):
     from worldeval.opis.perception.likeness import brightness
-    from worldeval.opis.synth import recolour_object
+    from worldeval.opis.checks.synth import recolour_object
 
     case, _, backend = scene
     m = case.masks[TARGET]
@@ -91,7 +91,7 @@ def test_recoloured_object_is_matched_with_lower_appearance(scene):
 
 @pytest.mark.slow
 def test_removed_object_is_not_matched_and_pasted_object_is_an_extra(scene):
-    from worldeval.opis.synth import remove_object
+    from worldeval.opis.checks.synth import remove_object
 
     case, other, backend = scene
     removed = remove_object(case.image, case.masks[TARGET], _others(case, TARGET))

@@ -8,7 +8,8 @@ import pytest
 from typer.testing import CliRunner
 
 from worldeval.cli import app
-from worldeval.opis import cli_score, scoring
+from worldeval.opis import scoring
+from worldeval.opis.cli import score as cli_score
 from worldeval.opis.archive import frame_from_records, write_archive, write_case_part
 
 runner = CliRunner()

@@ -23,9 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_worldcast_generate import FakeGenerator  # noqa: E402
 
 from worldeval.judge import JudgeClient, JudgeConfig, MockTransport  # noqa: E402
-from worldeval.opis import build_cli  # noqa: E402
-from worldeval.opis.build import discover_images  # noqa: E402
-from worldeval.opis.source import Gate, SourceConfig, SourceEndpoint, run_source  # noqa: E402
+from worldeval.opis.cli import build as build_cli  # noqa: E402
+from worldeval.opis.cases.build import discover_images  # noqa: E402
+from worldeval.opis.cases.source import Gate, SourceConfig, SourceEndpoint, run_source  # noqa: E402
 from worldeval.runs import read_jsonl  # noqa: E402
 from worldeval.worldcast.generate_api import GenConfig  # noqa: E402
 

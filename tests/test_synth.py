@@ -11,7 +11,7 @@ import pytest
 
 from worldeval.media import decode_frames, probe_video
 from worldeval.opis.case import Case, CaseSpec, default_intrinsics, load_case, write_case
-from worldeval.opis.synth import (
+from worldeval.opis.checks.synth import (
     project_points,
     PanTrajectory,
     SynthConfig,
@@ -303,7 +303,7 @@ def test_container_with_annotated_contents_is_not_a_target(tmp_path):
 def test_duplicate_keeps_clear_of_the_original(tmp_path):
     case = _case(tmp_path)
     rec = choose_target(case, SynthConfig())
-    from worldeval.opis.synth import _duplicate_spot
+    from worldeval.opis.checks.synth import _duplicate_spot
 
     traj = PanTrajectory()
     seen = always_seen(case.shape, case.intrinsics(), traj, traj.sampled())
@@ -372,7 +372,7 @@ def test_resize_shrinks_about_the_resting_point():
 def test_move_shifts_the_object_to_a_free_place():
     img, masks = _scene()
     others = masks["square"] | masks["person"]
-    from worldeval.opis.synth import dilate
+    from worldeval.opis.checks.synth import dilate
 
     occupied = dilate(others, 6)
     spot = find_move_spot(masks["disc"], occupied, np.ones_like(others), shift=0.6)

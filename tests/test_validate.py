@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from worldeval.opis.archive import COLUMNS, write_case_part
-from worldeval.opis.validate import CHECKS, Thresholds, ValidateConfig, assess, judge, target_measurements
+from worldeval.opis.checks.validate import CHECKS, Thresholds, ValidateConfig, assess, judge, target_measurements
 
 FRAMES = [24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120]
 INSTANCES = ["obj_001", "obj_002", "obj_003"]
@@ -165,7 +165,7 @@ def test_duplicate_extras_counted_only_where_the_copy_is_in_view():
 
 
 def test_rerendered_case_forgets_old_measurements(tmp_path):
-    from worldeval.opis.validate import forget_case
+    from worldeval.opis.checks.validate import forget_case
 
     runs = tmp_path / "runs"
     for m in ("faithful", "removed"):
@@ -186,7 +186,7 @@ def test_plane_depth_copies_cases_with_a_flat_depth_and_leaves_the_originals(tmp
     import numpy as np
 
     from worldeval.opis.case import load_case, write_case
-    from worldeval.opis.validate import with_plane_depth
+    from worldeval.opis.checks.validate import with_plane_depth
 
     img = np.zeros((40, 60, 3), np.uint8)
     mask = np.zeros((40, 60), bool)

@@ -114,7 +114,7 @@ def test_validate_command_rejects_bad_options(tmp_path):
 
 
 def test_plane_depth_option_reaches_the_validate_config(tmp_path, monkeypatch):
-    import worldeval.opis.validate as V
+    import worldeval.opis.checks.validate as V
     from worldeval.cli import app
 
     seen = []

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from worldeval.opis.case import CaseError, iter_case_dirs, load_case
-from worldeval.opis.coco import build_coco_dataset, routing
+from worldeval.opis.cases.coco import build_coco_dataset, routing
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "coco_multiobj"
 

@@ -22,10 +22,10 @@ DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "coco_mu
 def test_validate_on_coco_multiobj(tmp_path):
     if not (DATA / "instances.json").exists():
         pytest.skip("shared data coco_multiobj not present")
-    from worldeval.opis.coco import build_coco_dataset
-    from worldeval.opis.synth import PanTrajectory, SynthConfig
-    from worldeval.opis.validate import CORE_CHECKS as CHECKS
-    from worldeval.opis.validate import ValidateConfig, run_validate
+    from worldeval.opis.cases.coco import build_coco_dataset
+    from worldeval.opis.checks.synth import PanTrajectory, SynthConfig
+    from worldeval.opis.checks.validate import CORE_CHECKS as CHECKS
+    from worldeval.opis.checks.validate import ValidateConfig, run_validate
 
     ds = tmp_path / "coco"
     build_coco_dataset(DATA, ds)

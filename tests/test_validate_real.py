@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from worldeval.opis.archive import COLUMNS
-from worldeval.opis.validate_real import (
+from worldeval.opis.checks.validate_real import (
     ClipThresholds,
     GTClip,
     clip_measurements,
@@ -161,7 +161,7 @@ def test_loads_a_davis_clip_and_names_a_missing_mask(tmp_path):
 
 
 def test_holdout_split_is_disjoint_and_covers_the_shared_data():
-    from worldeval.opis import holdout
+    from worldeval.opis.checks import holdout
 
     for coll in set(holdout.TUNING) & set(holdout.REPORTING):
         assert not set(holdout.TUNING[coll]) & set(holdout.REPORTING[coll]), coll

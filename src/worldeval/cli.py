@@ -38,7 +38,13 @@ def _root(
 
 
 def _register_all() -> None:
-    from worldeval.opis import cli_score, cli_eval, cli_validate, cli_annotate, cli_produce, build_cli, cli_audit
+    from worldeval.opis.cli import score as cli_score
+    from worldeval.opis.cli import eval as cli_eval
+    from worldeval.opis.cli import validate as cli_validate
+    from worldeval.opis.cli import annotate as cli_annotate
+    from worldeval.opis.cli import produce as cli_produce
+    from worldeval.opis.cli import build as build_cli
+    from worldeval.opis.cli import audit as cli_audit
     from worldeval.worldcast import cli as worldcast_cli
     from worldeval import cli_demo, cli_models, cli_report
 

@@ -2,7 +2,7 @@
 
 `cases.json` (next to this file) holds hand-drawn object boxes and noun phrases
 for a few of `skimage.data`'s sample photos. `build_demo_dataset` turns them
-into OPIS case folders with `worldeval.opis.annotate` (GrabCut masks), fully
+into OPIS case folders with `worldeval.opis.cases.annotate` (GrabCut masks), fully
 offline: the photos ship inside the installed scikit-image package.
 
 The motorcycle photo is the left view of a Middlebury stereo pair and comes
@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from worldeval.opis.annotate import AnnotateSpec, ObjectPrompt, annotate
+from worldeval.opis.cases.annotate import AnnotateSpec, ObjectPrompt, annotate
 from worldeval.opis.case import Geometry
 from worldeval.runs import atomic_write_json
 

@@ -28,18 +28,6 @@ __all__ = ["EvalConfig", "RolloutResult", "STAGES", "evaluate_rollout", "load_ba
 
 STAGES = ("decode", "propagation", "observation", "camera", "association", "embedding", "structure", "writing")
 
-# The run-folder layer moved to opis/run.py; these names still import from here.
-_MOVED_TO_RUN = ("EvalItem", "ItemResult", "VIDEO_SUFFIXES", "find_rollout", "run_eval", "evaluate_item")
-
-
-def __getattr__(name: str):
-    if name in _MOVED_TO_RUN:
-        from worldeval.opis import run
-
-        return getattr(run, "run_item" if name == "evaluate_item" else name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 @dataclass
 class RolloutResult:
     rows: pd.DataFrame

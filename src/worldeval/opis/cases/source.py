@@ -36,11 +36,11 @@ from typing import Any
 
 from worldeval.errors import InputError
 from worldeval.judge.parse import AnswerError
-from worldeval.opis.build_phrases import clean_phrases
+from worldeval.opis.cases.phrases import clean_phrases
 from worldeval.runs import append_jsonl, atomic_write_bytes, atomic_write_json
 from worldeval.worldcast.generate_api import CallLedger, GenEndpoint, GenError, first_image
 
-from worldeval.opis.source_templates import PROMPT_VERSION, REVIEW_VERSION, review_prompt, scene_prompt
+from worldeval.opis.cases.source_templates import PROMPT_VERSION, REVIEW_VERSION, review_prompt, scene_prompt
 
 OUT_SIZE = (1280, 720)
 FINAL = ("accepted", "rejected")
@@ -227,7 +227,7 @@ def source_one(out: Path, cfg: SourceConfig, index: int, endpoint: SourceEndpoin
 
 
 def run_source(out: str | Path, cfg: SourceConfig, endpoint: SourceEndpoint, client: Any) -> dict:
-    from worldeval.opis.source_templates import SUBCATEGORIES
+    from worldeval.opis.cases.source_templates import SUBCATEGORIES
 
     if cfg.subcategory not in SUBCATEGORIES:
         raise SourceError("--subcategory", "subcategory",

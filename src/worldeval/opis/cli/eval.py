@@ -8,6 +8,8 @@ from typing import List, Optional
 
 import typer
 
+from worldeval.opis.perception.config import EvalConfig
+
 
 def parse_options(pairs: list[str]) -> dict:
     """KEY=VALUE command-line pairs (`--backend-option` and alike) as a dict of strings."""
@@ -34,7 +36,7 @@ def register(app: typer.Typer) -> None:
         address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (with --executor ray)."),
         backend_option: List[str] = typer.Option([], "--backend-option", help="Backend option KEY=VALUE (repeatable), e.g. sam3=/models/sam3."),
         max_side: Optional[int] = typer.Option(None, "--max-side", help="Decode frames at most this large."),
-        propagation_stride: int = typer.Option(8, "--propagation-stride", help="Propagate I0's masks every k-th video frame (4: the protocol's, slower; docs/validation.md)."),
+        propagation_stride: int = typer.Option(EvalConfig.model_fields["propagation_stride"].default, "--propagation-stride", help="Propagate I0's masks every k-th video frame (the protocol's 4; 8 is faster, docs/validation.md)."),
         no_propagation: bool = typer.Option(False, "--no-propagation", help="Turn the propagation stage off (the search alone)."),
         batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Frames per segmenter/embedder batch (hf: the backend option batch_size)."),
         base_url: Optional[str] = typer.Option(None, "--base-url", help="Judge endpoint for structural claims (OpenAI-compatible)."),
@@ -47,7 +49,6 @@ def register(app: typer.Typer) -> None:
         """Evaluate rollouts: per sampled frame, Presence/Identity/Structure measurements into RUN_DIR."""
         from worldeval.opis.backends.registry import BackendNotFound, resolve
         from worldeval.opis.case import CaseError
-        from worldeval.opis.evaluate import EvalConfig
         from worldeval.opis.run import run_eval
         from worldeval.runs import ResumeError
 

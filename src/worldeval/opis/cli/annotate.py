@@ -75,8 +75,8 @@ def _annotate(
     from rich.console import Console
 
     from worldeval.media import read_image
-    from worldeval.opis.annotate import AnnotateError, annotate
-    from worldeval.opis.cli_eval import parse_options
+    from worldeval.opis.cases.annotate import AnnotateError, annotate
+    from worldeval.opis.cli.eval import parse_options
 
     err = Console(stderr=True)
     if claims and image is None and spec is None and not objects:
@@ -102,7 +102,7 @@ def _annotate(
 
 def _spec_from_options(opt: dict):
     """(AnnotateSpec, image path) from --spec and the command-line options, which override the spec."""
-    from worldeval.opis.annotate import AnnotateError, AnnotateSpec, check_prompt, load_spec_file, parse_object_option
+    from worldeval.opis.cases.annotate import AnnotateError, AnnotateSpec, check_prompt, load_spec_file, parse_object_option
 
     spec = opt["spec"]
     if spec is not None:
@@ -148,7 +148,7 @@ def _spec_from_options(opt: dict):
 
 def _judge_for(aspec, opt: dict):
     """The VLM's JudgeConfig when phrases are to be proposed (--propose, or no objects given); else None."""
-    from worldeval.opis.annotate import AnnotateError
+    from worldeval.opis.cases.annotate import AnnotateError
 
     if not (opt["propose"] or not aspec.objects):
         return None

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from worldeval.opis.case import CaseError, iter_case_dirs, load_case
-from worldeval.opis.synth import INTERVENTIONS, SYNTH_VERSION, SynthConfig, synthesize_case
+from worldeval.opis.checks.synth import INTERVENTIONS, SYNTH_VERSION, SynthConfig, synthesize_case
 from worldeval.runs import atomic_write_json
 
 CHECKS = INTERVENTIONS
@@ -288,7 +288,7 @@ def evaluate_rollouts(dataset: Path, out: Path, records: dict[str, dict], cfg: V
     Each intervention gets its own run folder `out/runs/<intervention>` (a plain `opis eval` run),
     so a run's resume guard never sees two models. Returns {intervention: run folder}.
     """
-    from worldeval.opis.evaluate import run_eval
+    from worldeval.opis.run import run_eval
 
     run_dirs = {}
     for name in cfg.checks:

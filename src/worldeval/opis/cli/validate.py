@@ -39,8 +39,8 @@ def _register_validate(app: typer.Typer) -> None:
         from rich.console import Console
 
         from worldeval.opis.case import CaseError
-        from worldeval.opis.synth import CAMERA_PATHS, PanTrajectory, SynthConfig, camera_path
-        from worldeval.opis.validate import ValidateConfig, render_table, run_validate
+        from worldeval.opis.checks.synth import CAMERA_PATHS, PanTrajectory, SynthConfig, camera_path
+        from worldeval.opis.checks.validate import ValidateConfig, render_table, run_validate
 
         if dataset is None and not clips:
             raise typer.BadParameter("give --dataset and/or --clip", param_hint="--dataset")
@@ -73,7 +73,7 @@ def _register_validate(app: typer.Typer) -> None:
             if dataset is not None:
                 result = run_validate(dataset, out, cfg, log=log)
             if clips:
-                from worldeval.opis.validate_real import run_validate_clips
+                from worldeval.opis.checks.validate_real import run_validate_clips
 
                 clip_result = run_validate_clips(clips, out / "clips", backend=backend, workers=workers, force=force, log=log)
         except CaseError as exc:
@@ -86,7 +86,7 @@ def _register_validate(app: typer.Typer) -> None:
                 Console(width=220).print(render_table(result))
                 typer.echo(f"details: {out / 'validate.json'}")
             if clip_result is not None:
-                from worldeval.opis.validate_real import render_clip_table
+                from worldeval.opis.checks.validate_real import render_clip_table
 
                 Console(width=220).print(render_clip_table(clip_result))
                 typer.echo(f"details: {out / 'clips' / 'validate_clips.json'}")
@@ -103,7 +103,7 @@ def _register_build_coco(app: typer.Typer) -> None:
     ) -> None:
         """Build one OPIS case per COCO photo of the coco_multiobj sample."""
         from worldeval.opis.case import CaseError
-        from worldeval.opis.coco import build_coco_dataset
+        from worldeval.opis.cases.coco import build_coco_dataset
 
         try:
             dirs = build_coco_dataset(src, out)

@@ -46,8 +46,8 @@ def audit_gt(
     if gt is None:
         typer.echo(ctx.get_help())
         raise typer.Exit(2)
-    from worldeval.opis.audit import AuditConfig, render, run_audit
-    from worldeval.opis.gtclips import GTError
+    from worldeval.opis.checks.audit import AuditConfig, render, run_audit
+    from worldeval.opis.checks.gtclips import GTError
 
     if fps <= 0:
         raise typer.BadParameter("must be positive", param_hint="--fps")
@@ -76,7 +76,7 @@ def sample_cmd(
     seed: int = typer.Option(0, "--seed", help="Seed of the stratified draw."),
 ) -> None:
     """Draw object-frame decisions and write a self-contained labelling page."""
-    from worldeval.opis.audit_manual import AuditError, sample_audit
+    from worldeval.opis.checks.audit_manual import AuditError, sample_audit
 
     if per_dimension < 1:
         raise typer.BadParameter("must be at least 1", param_hint="--per-dimension")
@@ -98,7 +98,7 @@ def agree_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of the table."),
 ) -> None:
     """Table 13: agreement of people's labels with the evaluator (and claim repeatability)."""
-    from worldeval.opis.audit_manual import AuditError, agree, repeatability
+    from worldeval.opis.checks.audit_manual import AuditError, agree, repeatability
 
     if (audit_dir is None or labels is None) and not repeat:
         raise typer.BadParameter("give AUDIT LABELS.json, --repeat RUN_A RUN_B, or both")
@@ -116,7 +116,7 @@ def agree_cmd(
 
 
 def _print_agreement(res: dict) -> None:
-    from worldeval.opis.audit import table13
+    from worldeval.opis.checks.audit import table13
 
     checks, dis = {}, {}
     if "repeatability" in res:

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from worldeval.opis.audit import DIMENSIONS, agreement
+from worldeval.opis.checks.audit import DIMENSIONS, agreement
 from worldeval.opis.scoring import TAU_I, TAU_S
 from worldeval.runs import atomic_write_json, atomic_write_text
 

@@ -27,7 +27,7 @@ import os
 from pathlib import Path
 
 # next to a source checkout (`../shared/data`); WORLDEVAL_SHARED_DATA points elsewhere
-SHARED_DATA = Path(os.environ.get("WORLDEVAL_SHARED_DATA") or Path(__file__).resolve().parents[3].parent / "shared" / "data")
+SHARED_DATA = Path(os.environ.get("WORLDEVAL_SHARED_DATA") or Path(__file__).resolve().parents[4].parent / "shared" / "data")
 
 TUNING: dict[str, tuple[str, ...]] = {
     "coco_multiobj": ("000000000009", "000000000283", "000000000443"),
@@ -47,7 +47,7 @@ def part_of(collection: str, item: str = ".") -> str:
     for name, table in (("tuning", TUNING), ("reporting", REPORTING)):
         if item in table.get(collection, ()) or "." in table.get(collection, ()):
             return name
-    raise ValueError(f"{collection}/{item} is in neither part of the hold-out split (worldeval.opis.holdout)")
+    raise ValueError(f"{collection}/{item} is in neither part of the hold-out split (worldeval.opis.checks.holdout)")
 
 
 def reporting_clips(data: Path | None = None) -> list[Path]:

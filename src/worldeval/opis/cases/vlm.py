@@ -16,7 +16,7 @@ import numpy as np
 
 from worldeval.errors import InputError
 from worldeval.judge.parse import AnswerError
-from worldeval.opis.annotate import CAMERA_PRESETS
+from worldeval.opis.cases.annotate import CAMERA_PRESETS
 from worldeval.opis.case import KINEMATICS
 
 SCREEN_VERSION = "build-screen-v1"

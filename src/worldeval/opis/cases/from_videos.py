@@ -18,13 +18,13 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from worldeval.opis.build import LOG_NAME, BuildConfig, BuildError, build_dataset, case_id_for
+from worldeval.opis.cases.build import LOG_NAME, BuildConfig, BuildError, build_dataset, case_id_for
 from worldeval.runs import append_jsonl, atomic_write_text
 
 
 def collect_videos(videos: str | Path) -> list[Path]:
     """A video file, a folder of videos, or a list file (one path per line, relative to it)."""
-    from worldeval.opis.evaluate import VIDEO_SUFFIXES
+    from worldeval.opis.run import VIDEO_SUFFIXES
 
     root = Path(videos)
     if root.is_dir():

@@ -32,11 +32,11 @@ from typing import Any, Callable
 import numpy as np
 
 from worldeval.errors import InputError
-from worldeval.opis.annotate import AnnotateError, AnnotateSpec, ObjectPrompt, assemble_case, estimated_geometry, \
+from worldeval.opis.cases.annotate import AnnotateError, AnnotateSpec, ObjectPrompt, assemble_case, estimated_geometry, \
     remove_duplicates, resize_max_side
-from worldeval.opis.build_phrases import clean_phrases, concept_map, normalize
-from worldeval.opis.build_segment import concept_rounds, grabcut_from_boxes
-from worldeval.opis.build_vlm import BuildStepError, propose_task, screen_image, vlm_clean
+from worldeval.opis.cases.phrases import clean_phrases, concept_map, normalize
+from worldeval.opis.cases.segment import concept_rounds, grabcut_from_boxes
+from worldeval.opis.cases.vlm import BuildStepError, propose_task, screen_image, vlm_clean
 from worldeval.opis.case import KINEMATICS, TRACKS, Geometry, mask_bbox
 from worldeval.runs import append_jsonl, atomic_write_json, read_jsonl
 
@@ -86,7 +86,7 @@ class BuildConfig:
                     raise BuildError(name, concept, f"{label!r} is not one of {allowed}")
         self.kinematics = {normalize(k): v for k, v in self.kinematics.items()}
         self.track = {normalize(k): v for k, v in self.track.items()}
-        from worldeval.opis.build_vlm import BOX_FORMATS
+        from worldeval.opis.cases.vlm import BOX_FORMATS
 
         if self.box_format not in BOX_FORMATS:
             raise BuildError("--box-format", "box_format", f"{self.box_format!r}: choose from {sorted(BOX_FORMATS)}")
@@ -330,7 +330,7 @@ def build_one(src: SourceImage, out: Path, cfg: BuildConfig, client: Any, backen
                            for i in written["instances"]],
         dropped_duplicates=ann["dropped_duplicates"], failed_prompts=ann["failed_prompts"], geometry=ann["geometry"])
     if cfg.review:
-        from worldeval.opis.build_review import write_review_page
+        from worldeval.opis.cases.review import write_review_page
 
         write_review_page(out, src.id, decisions=records)
     log("done", status="accepted", reason="")
@@ -374,7 +374,7 @@ def _finished(out: Path, state: dict | None, src: SourceImage) -> bool:
 
 def _review_missing(out: Path, src: SourceImage) -> None:
     """`--review` on an already built case: write its page from the logged phrase decisions."""
-    from worldeval.opis.build_review import write_review_page
+    from worldeval.opis.cases.review import write_review_page
 
     if (out / src.id / "case.json").exists() and not (out / "review" / f"{src.id}.html").exists():
         phrases = [r for r in read_jsonl(out / LOG_NAME) if r.get("image") == src.id and r.get("step") == "phrases"]

@@ -28,7 +28,7 @@ def vlm_client(out: Path, base_url: str | None, model: str | None, api_key: str 
 
 def read_vocabulary(path: Path | None) -> list[str] | None:
     """One noun phrase per line, or a JSON list of strings."""
-    from worldeval.opis.build import BuildError
+    from worldeval.opis.cases.build import BuildError
 
     if path is None:
         return None
@@ -62,8 +62,8 @@ def _echo_summary(summary: dict, as_json: bool, what: str) -> None:
 
 def _config(backend, backend_option, device, vocabulary, min_objects, rounds, dedup_iou, kinematics, track, depth,
             domain, subcategory, duration, max_side, seed, review, box_format="xywh", clean=False):
-    from worldeval.opis.build import BuildConfig
-    from worldeval.opis.cli_eval import parse_options
+    from worldeval.opis.cases.build import BuildConfig
+    from worldeval.opis.cli.eval import parse_options
 
     return BuildConfig(backend=backend, backend_options=parse_options(backend_option), device=device,
                        vocabulary=read_vocabulary(vocabulary), min_objects=min_objects, rounds=rounds,
@@ -104,8 +104,8 @@ def _build(
 ) -> None:
     """Build OPIS cases from images: VLM screening, phrase cleaning, segmentation, labels, task, geometry."""
     from worldeval.errors import InputError
-    from worldeval.opis.build import BuildError, build_dataset
-    from worldeval.opis.build_review import apply_review_file
+    from worldeval.opis.cases.build import BuildError, build_dataset
+    from worldeval.opis.cases.review import apply_review_file
 
     try:
         if apply_review is not None:
@@ -148,7 +148,7 @@ def _source(
     import os
 
     from worldeval.errors import InputError
-    from worldeval.opis.source import Gate, SourceConfig, SourceEndpoint, run_source
+    from worldeval.opis.cases.source import Gate, SourceConfig, SourceEndpoint, run_source
     from worldeval.worldcast.generate_api import GenConfig
 
     key = api_key or os.environ.get("OPENAI_API_KEY") or None
@@ -191,7 +191,7 @@ def _cases_from_videos(
 ) -> None:
     """Make an OPIS dataset and rollouts folder from your own videos (frame 0 of each is I0)."""
     from worldeval.errors import InputError
-    from worldeval.opis.cases_from_videos import cases_from_videos
+    from worldeval.opis.cases.from_videos import cases_from_videos
 
     try:
         # The case keeps the video's own resolution (max_side 0), so I0 and the rollout frames agree.

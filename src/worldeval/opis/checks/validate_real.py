@@ -8,7 +8,7 @@ mask) and four rollouts whose correct answer is known frame by frame:
 - `faithful`   the real clip;
 - `removed`    the object inpainted away inside its dilated mask, every frame after frame 0;
 - `recoloured` the object's hue turned inside its mask, every frame after frame 0
-               (both are `worldeval.opis.gtclips` variants, shared with `opis audit`);
+               (both are `worldeval.opis.checks.gtclips` variants, shared with `opis audit`);
 - `pasted`     an object cut from ANOTHER clip's frame 0 (not an inventory
                object) pasted into the scene, anchored to the background by
                the background's own frame-to-frame homographies, so it sits
@@ -30,7 +30,7 @@ import cv2
 import numpy as np
 
 from worldeval.opis.perception.association import box_iou
-from worldeval.opis.synth import int_box, dilate, find_free_spot
+from worldeval.opis.checks.synth import int_box, dilate, find_free_spot
 
 CLIP_INTERVENTIONS = ("faithful", "removed", "recoloured", "pasted")
 CLIP_FPS = 24.0  # DAVIS frame rate (SOURCE.md)
@@ -50,7 +50,7 @@ CLIP_OBJECTS: dict[str, tuple[str, str, str]] = {
 class GTClip:
     """A real clip with the target's ground-truth mask in every frame, decoded.
 
-    `gt` is the clip as `worldeval.opis.gtclips` (the `opis audit` module) loaded it; the removed and
+    `gt` is the clip as `worldeval.opis.checks.gtclips` (the `opis audit` module) loaded it; the removed and
     recoloured rollouts are its variants, so `opis audit` and `opis validate` edit the same pixels.
     """
 
@@ -70,7 +70,7 @@ def load_gt_clip(folder: str | Path, max_frames: int | None = None) -> GTClip:
     are `gtclips.load_clip`'s; the category comes from the folder's instances.json or `CLIP_OBJECTS`."""
     from dataclasses import replace
 
-    from worldeval.opis import gtclips
+    from worldeval.opis.checks import gtclips
 
     folder = Path(folder)
     mdir = next((folder / d for d in ("masks", "masks_union_davis2016") if (folder / d).is_dir()), folder / "masks")
@@ -215,7 +215,7 @@ def synthesize_clip(clip: GTClip, other: GTClip | None, out: Path) -> dict:
     """Write the case and the four rollouts of one clip; return the per-frame ground-truth record."""
     from worldeval.media import write_video
 
-    from worldeval.opis.gtclips import write_variant
+    from worldeval.opis.checks.gtclips import write_variant
 
     write_clip_case(clip, out / "cases" / clip.name)
     rec: dict[str, Any] = {"case_id": clip.name, "num_frames": len(clip.frames), "fps": clip.fps, "videos": {}, "skipped": {}}
@@ -236,7 +236,7 @@ def synthesize_clip(clip: GTClip, other: GTClip | None, out: Path) -> dict:
 
 def _synthesize_paste(clip: GTClip, other: GTClip | None, out: Path):
     from worldeval.media import write_video
-    from worldeval.opis.synth import in_view_share
+    from worldeval.opis.checks.synth import in_view_share
 
     if other is None:
         return "no other clip to paste an object from"
@@ -375,7 +375,7 @@ def synthesize_clips(folders: list[Path], out: Path, force: bool = False, log=pr
     """
     import json
 
-    from worldeval.opis.validate import forget_case
+    from worldeval.opis.checks.validate import forget_case
     from worldeval.runs import atomic_write_json
 
     records: dict[str, dict] = {}
@@ -452,7 +452,7 @@ def pass_rates(results: dict, checks, required: float = 0.90) -> dict:
 def run_validate_clips(folders: list[str | Path], out: str | Path, backend: str = "classical", workers: int = 1,
                        force: bool = False, log=print, max_frames: int | None = None) -> dict:
     """Synthesise, evaluate and assess the real clips; writes `out/validate_clips.json`."""
-    from worldeval.opis.evaluate import run_eval
+    from worldeval.opis.run import run_eval
     from worldeval.runs import atomic_write_json
 
     out = Path(out)

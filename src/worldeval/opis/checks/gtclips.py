@@ -244,7 +244,7 @@ def load_clips(root: str | Path, fps: float = 24.0) -> tuple[list[GTClip], dict[
 
 def build_case(clip: GTClip, case_dir: str | Path) -> Path:
     """The OPIS case of the clip's frame 0 (instances from the frame-0 mask); returns the case folder."""
-    from worldeval.opis.annotate import camera_preset, default_instruction
+    from worldeval.opis.cases.annotate import camera_preset, default_instruction
     from worldeval.opis.case import write_case
 
     image, masks0 = clip.image(0), clip.instance_masks(0)
@@ -357,7 +357,7 @@ def inpaint_away(image: np.ndarray, hole: np.ndarray, keep: np.ndarray) -> np.nd
 
 def variant_frames(clip: GTClip, variant: str, paste: Paste | None = None, hue_turn_deg: float = 150.0) -> Iterator[np.ndarray]:
     """The frames of one variant; frame 0 is always the real I0 (the case's input image)."""
-    from worldeval.opis.synth import recolour_object
+    from worldeval.opis.checks.synth import recolour_object
 
     tv = target_value(clip)
     diag = float(np.hypot(*clip.size))

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from worldeval.opis.annotate import ObjectPrompt, grabcut_mask, mask_iou
+from worldeval.opis.cases.annotate import ObjectPrompt, grabcut_mask, mask_iou
 
 MIN_PIXELS = 16
 # a box with at least this share inside another box counts as held by it (in front of it)

@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from worldeval.opis import gtclips as G
+from worldeval.opis.checks import gtclips as G
 from worldeval.opis.case import mask_bbox
 from worldeval.opis.scoring import TAU_I, TAU_S
 from worldeval.runs import atomic_write_json, fingerprint_paths
@@ -84,7 +84,7 @@ def _clip_fingerprint(clip: G.GTClip, donor: G.GTClip | None, cfg: AuditConfig) 
 
 def prepare_clip(clip: G.GTClip, donor: G.GTClip | None, out: Path, cfg: AuditConfig) -> dict:
     """Case and variant rollouts of one clip (kept when its record matches); returns the record."""
-    from worldeval.opis.validate import forget_case
+    from worldeval.opis.checks.validate import forget_case
 
     rec_path = out / "gt" / f"{clip.name}.json"
     fp = _clip_fingerprint(clip, donor, cfg)
@@ -155,7 +155,7 @@ def prepare(gt: Path, out: Path, cfg: AuditConfig, log: Callable[[str], None] = 
 
 
 def evaluate_variants(out: Path, cfg: AuditConfig, log: Callable[[str], None] = print) -> dict[str, Path]:
-    from worldeval.opis.evaluate import run_eval
+    from worldeval.opis.run import run_eval
 
     run_dirs = {}
     for variant in cfg.variants:
