@@ -39,7 +39,8 @@ TOL_FIELD = {
 # object share is a ratio of cell counts, which float32 noise could change only for a cell whose
 # two closeness values tie to 1e-7.
 TOL_RECORD = {"appearance": TOL_ROUNDED[4], "structure": TOL_ROUNDED[4], "heldout_median_px": TOL_ROUNDED[3],
-              "mass": TOL_ROUNDED[4], "confidence": TOL_ROUNDED[4], "object_share": TOL_ROUNDED[4]}
+              "mass": TOL_ROUNDED[4], "confidence": TOL_ROUNDED[4], "object_share": TOL_ROUNDED[4],
+              "carried": TOL_ROUNDED[4]}
 
 
 def _tolerance(where: str) -> float:

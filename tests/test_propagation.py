@@ -79,7 +79,8 @@ def test_local_memory_only_reaches_within_the_radius():
     prev_f[0, 0] = (1, 0, 0)
     import torch
 
-    prop.recent.append((torch.from_numpy(prev_f.reshape(-1, 3)), torch.tensor([[0.0, 1.0]] + [[1.0, 0.0]] * 5)))
+    prev_lab = torch.tensor([[0.0, 1.0]] + [[1.0, 0.0]] * 5)
+    prop.recent.append((torch.from_numpy(prev_f.reshape(-1, 3)), prev_lab, prev_lab[:, 1:]))
     near, far = prev_f.copy(), prev_f.copy()
     near[0, 0], near[0, 2] = (0, 0, 1), (1, 0, 0)  # the object moved 2 cells: within reach
     far[0, 0], far[0, 3] = (0, 0, 1), (1, 0, 0)  # 3 cells: out of reach
@@ -87,6 +88,32 @@ def test_local_memory_only_reaches_within_the_radius():
 
     assert copy.deepcopy(prop).step(near)[1, 0, 2] == pytest.approx(1.0)
     assert prop.step(far)[1, 0, 3] == pytest.approx(0.0)
+
+
+def test_carried_labels_follow_the_track_and_not_a_refind_elsewhere():
+    # I0: the object at cell 0 (vector a), background elsewhere (vector b); frame 1: the object still
+    # at cell 0; frame 2: it vanishes there and something like it appears at cell 9, far out of reach.
+    h, w = 1, 10
+    a, b = (1.0, 0.0), (0.0, 1.0)
+    ref_f = np.tile(np.array(b, np.float32), (h, w, 1))
+    ref_f[0, 0] = a
+    lab = np.zeros((2, h, w), np.float32)
+    lab[0], lab[1, 0, 0], lab[0, 0, 0] = 1.0, 1.0, 0.0
+    prop = PR.LabelPropagator(PR.PropagationReference(ref_f, lab, np.array([0.1])), topk=1, memory=2, radius=2)
+    still = ref_f.copy()
+    out = prop.step(still)
+    assert out[1, 0, 0] == pytest.approx(1.0) and prop.carried[0, 0, 0] == pytest.approx(1.0)
+    moved = np.tile(np.array(b, np.float32), (h, w, 1))
+    moved[0, 9] = a
+    out = prop.step(moved)
+    assert out[1, 0, 9] == pytest.approx(1.0)  # the protocol's label: found again from I0
+    assert prop.carried[0, 0, 9] == pytest.approx(0.0)  # but not along the object's track
+    pf = PR.PropagatedFrame(index=2, labels=out, features=moved, carried=prop.carried)
+    cells = out[1] > 0.5
+    assert PR.carried_share(pf, cells, 0) == pytest.approx(0.0)
+    cfg = EvalConfig()
+    assert not PR.verified(PropagationEvidence(mass=1.0, confidence=1.0, object_share=1.0, carried=0.0), cfg)
+    assert PR.verified(PropagationEvidence(mass=1.0, confidence=1.0, object_share=1.0, carried=0.9), cfg)
 
 
 def test_grid_visits_every_stride_and_every_sample_up_to_the_last():

@@ -66,11 +66,11 @@ def _oracle_run_eval(dataset, rollouts, model, out, **kw):
 
 @pytest.mark.slow
 def test_validate_command_end_to_end_with_oracle(tmp_path, monkeypatch):
-    import worldeval.opis.evaluate as ev
+    import worldeval.opis.run as ev
 
     from worldeval.cli import app
 
-    monkeypatch.setattr(ev, "run_eval", _oracle_run_eval, raising=False)
+    monkeypatch.setattr(ev, "run_eval", _oracle_run_eval)
     ds = tmp_path / "ds"
     _case(ds, seed=0, name="a")
     _case(ds, seed=3, name="b")

@@ -210,10 +210,10 @@ def test_validate_command_on_clips_with_an_ideal_evaluator(tmp_path, monkeypatch
 
     from typer.testing import CliRunner
 
-    import worldeval.opis.evaluate as ev
+    import worldeval.opis.run as ev
     from worldeval.cli import app
 
-    monkeypatch.setattr(ev, "run_eval", _oracle_clip_eval, raising=False)
+    monkeypatch.setattr(ev, "run_eval", _oracle_clip_eval)
     a, b = _clip(tmp_path / "clips", "a", n=49), _clip(tmp_path / "clips", "b", n=49, seed=3, colour=(40, 40, 220))
     out = tmp_path / "out"
     res = CliRunner().invoke(app, ["opis", "validate", "--clip", str(tmp_path / "clips" / "a"), "--clip",

@@ -258,6 +258,10 @@ class EfficientNetDenseFeatures:
 
     name = "efficientnet-lite0-block10"
     BLOCK = 10
+    # The part match (`propagation.part_match`) at which identity's calibrated shape term reaches
+    # tau_I (0.35 of the way through PARTS_CALIBRATION): below it an observation's parts do not show
+    # the object's, which association asks of a search find once propagation has lost the object.
+    part_floor = PARTS_CALIBRATION[0] + 0.35 * (PARTS_CALIBRATION[1] - PARTS_CALIBRATION[0])
 
     def __init__(self, side: int = 640):
         self.side = int(side)

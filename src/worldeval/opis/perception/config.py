@@ -48,7 +48,8 @@ class EvalConfig(BaseModel):
     propagation_radius: int = 6  # feature cells a location may move between two remembered frames
     # verification of a propagated mask (a removed object's mask can survive on what replaced it)
     propagation_min_mass: float = 0.2  # label mass over I0's
-    propagation_min_object_share: float = 0.5  # cells closer to I0's object than to I0's background
+    propagation_min_carried: float = 0.5  # share of a mask's label carried along its own track (not found again elsewhere)
+    propagation_min_object_share: float = 0.5  # cells closer to I0's object than to any background (I0's, the frame's own surround)
     # descriptor cosine a propagated mask needs to be matched (tuning: the inpainted-away rider
     # -0.05-0.04, the apple propagated into the bmx video 0.10-0.11; the rider 0.31-0.63, hue-turned 0.15-0.45)
     propagation_min_similarity: float = 0.15

@@ -211,7 +211,8 @@ def _evidence_record(ev) -> dict | None:
     """The instance's propagated mask in this frame (whether or not it was verified), for reports and audits."""
     if ev is None:
         return None
-    return {"mass": _round(ev.mass), "confidence": _round(ev.confidence), "object_share": _round(ev.object_share)}
+    return {"mass": _round(ev.mass), "confidence": _round(ev.confidence), "object_share": _round(ev.object_share),
+            "carried": _round(ev.carried)}
 
 
 def frame_records(st: FrameState) -> FrameResult:

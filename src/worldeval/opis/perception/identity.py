@@ -137,11 +137,33 @@ def propagation_gates(st, gates: np.ndarray, config) -> None:
     _likeness_gates(st, gates, ROUTE_PROPAGATED, config.propagation_min_similarity)
 
 
+def lost_object_gates(st, gates: np.ndarray, config) -> None:
+    """Where the propagation stage followed an instance and has no verified mask of it in this frame
+    (it left, was covered, or what is at its place is not it), close the gate of every other find
+    for it whose parts do not show the object's (`propagation.part_match` below the features'
+    `part_floor`). The search judges a frame alone on grey-level structure, and once the object is
+    gone its best place can be anything with a passable structure (a removed dog's smear: part match
+    0.32, the dog itself 0.49-0.53); the object found again after an occlusion keeps its parts."""
+    from worldeval.opis.perception.propagation import part_match, verified
+
+    pf = st.propagated
+    if pf is None or pf.part_floor is None:
+        return
+    for i in range(st.n):
+        if verified(st.propagation.get(i), config):
+            continue
+        for j, o in enumerate(st.obs):
+            if gates[i, j] and o.route != ROUTE_PROPAGATED:
+                pm = part_match(pf, o.mask, i)
+                gates[i, j] = pm is None or pm >= pf.part_floor
+
+
 def associate_observations(st, matcher, config) -> None:
     bank, obs, n = st.bank, st.obs, st.n
     gates = geometric_gates(st, config)
     moving_gates(st, gates, config)
     propagation_gates(st, gates, config)
+    lost_object_gates(st, gates, config)
     prov = provenance(st)
     structure = structure_evidence(st, config) if obs else None
     require_keypoint_support(st, gates, matcher, config, structure)

@@ -40,6 +40,8 @@ class PropagatedFrame:
     features: np.ndarray  # h x w x C, unit vectors
     last_seen: list[tuple | None] = field(default_factory=list)  # per instance: (box at feature scale, leaving the frame) when last present
     reference: "PropagationReference | None" = None  # I0's side, which verification compares with
+    part_floor: float | None = None  # the features' `part_floor`: the part match a search find needs where propagation lost its instance
+    carried: np.ndarray | None = None  # K x h x w: the part of each instance's label carried along its own track
 
 
 @dataclass
@@ -85,7 +87,15 @@ def _far(h: int, w: int, radius: int):
 
 
 class LabelPropagator:
-    """One propagation pass over a rollout: feed frames in order, get their labels."""
+    """One propagation pass over a rollout: feed frames in order, get their labels.
+
+    Beside the labels it keeps, per instance, the part of its label carried along the object's own
+    track (`carried`): from the remembered frames' carried labels, and from I0 only near where the
+    track was in the step before (within `radius` cells, I0's own place at the first step). Labels
+    that I0's memory puts anywhere else are the object found again somewhere new: after an
+    occlusion, or on another thing that resembles it (a different car driving in where the removed
+    one stood). The labels themselves are the protocol's; `carried` only says where they came from.
+    """
 
     def __init__(self, ref: PropagationReference, topk: int = 5, temperature: float = 0.07, memory: int = 4, radius: int = 6):
         import torch
@@ -95,6 +105,8 @@ class LabelPropagator:
         self.topk, self.temperature, self.radius = int(topk), float(temperature), int(radius)
         self.recent: deque = deque(maxlen=max(0, int(memory)))
         self._far_cache: dict = {}
+        self.track = torch.from_numpy(ref.labels[1:].copy())  # K x h0 x w0: where each instance's track was last
+        self.carried: np.ndarray | None = None  # K x h x w of the last step
 
     def step(self, features: np.ndarray) -> np.ndarray:
         """(K + 1) x h x w labels of a frame from its h x w x C features."""
@@ -102,22 +114,40 @@ class LabelPropagator:
 
         h, w, c = features.shape
         tgt = torch.from_numpy(np.ascontiguousarray(features.reshape(-1, c), dtype=np.float32))
-        affs, labs = [tgt @ self.ref_f.T], [self.ref_l]
+        n0 = self.ref_l.shape[0]
+        affs, labs, carr = [tgt @ self.ref_f.T], [self.ref_l], [self.ref_l[:, 1:]]
         if self.recent:
             far = self._far_cache.get((h, w))
             if far is None:
                 far = self._far_cache[(h, w)] = _far(h, w, self.radius)
-            for f, lab in self.recent:
+            for f, lab, car in self.recent:
                 if f.shape[0] != tgt.shape[0]:
                     continue  # a frame of another size (cannot happen within one video)
                 affs.append((tgt @ f.T).masked_fill_(far, float("-inf")))
                 labs.append(lab)
-        aff, lab = torch.cat(affs, 1), torch.cat(labs, 0)
+                carr.append(car)
+        aff, lab, car = torch.cat(affs, 1), torch.cat(labs, 0), torch.cat(carr, 0)
         vals, idx = aff.topk(min(self.topk, aff.shape[1]), dim=1)
         wts = torch.softmax(vals / self.temperature, dim=1)
         out = (wts[..., None] * lab[idx]).sum(1)  # hw x (K + 1)
-        self.recent.append((tgt, out))
+        carried = (wts[..., None] * (car[idx] * self._near_track(h, w, idx < n0))).sum(1)  # hw x K
+        self.recent.append((tgt, out, carried))
+        self.track = carried.T.reshape(-1, h, w)
+        self.carried = self.track.contiguous().numpy()
         return out.T.reshape(-1, h, w).contiguous().numpy()
+
+    def _near_track(self, h: int, w: int, from_i0):
+        """hw x topk x K factor: 1 for remembered frames' entries, and for I0's entries where the location
+        lies within `radius` cells of its instance's last track (carried label above 0.5)."""
+        import torch
+        import torch.nn.functional as F
+
+        track = self.track[None].float()
+        if track.shape[-2:] != (h, w):
+            track = F.interpolate(track, size=(h, w), mode="bilinear", align_corners=False)
+        near = F.max_pool2d((track > 0.5).float(), 2 * self.radius + 1, stride=1, padding=self.radius)[0]  # K x h x w
+        near = near.reshape(near.shape[0], -1).T  # hw x K
+        return torch.where(from_i0[..., None], near[:, None, :], torch.ones(()))
 
 
 def propagation_grid(num_frames: int, sampled: list[int], stride: int) -> list[int]:
@@ -169,7 +199,8 @@ def iter_propagation(ref: PropagationReference, frames: dict[int, np.ndarray], g
             if seen is not None:
                 last[k] = seen
         if t in want:
-            yield t, PropagatedFrame(index=t, labels=lab, features=f, last_seen=seen_before, reference=ref)
+            yield t, PropagatedFrame(index=t, labels=lab, features=f, last_seen=seen_before, reference=ref,
+                                     part_floor=getattr(features, "part_floor", None), carried=prop.carried)
 
 
 def surround(cells: np.ndarray, background: np.ndarray, gap: int = 1, width: int = 2) -> np.ndarray:
@@ -259,15 +290,26 @@ def propagated_observations(bank, frame: np.ndarray, pf: PropagatedFrame) -> lis
         if not mask.any():
             continue
         mass = float(pf.labels[k + 1].mean()) / max(float(ref.mass[k]), 1e-9)
-        ev = PropagationEvidence(mass=mass, confidence=float(up[mask].mean()), object_share=object_share(ref, pf.features, cells, k, pf.labels))
+        ev = PropagationEvidence(mass=mass, confidence=float(up[mask].mean()), object_share=object_share(ref, pf.features, cells, k, pf.labels),
+                                 carried=carried_share(pf, cells, k))
         out.append(Observation(mask=mask, box=mask_box(mask), category=bank.categories[k], score=ev.confidence,
                                source="propagation", route=ROUTE_PROPAGATED, found_for=[bank.ids[k]], propagation=ev))
     return out
 
 
+def carried_share(pf: PropagatedFrame, cells: np.ndarray, k: int) -> float:
+    """Share of instance k's label inside `cells` that came along its own track (1 without that record)."""
+    if pf.carried is None:
+        return 1.0
+    total = float(pf.labels[k + 1][cells].sum())
+    return 1.0 if total <= 0 else float(min(1.0, pf.carried[k][cells].sum() / total))
+
+
 def verified(ev: PropagationEvidence | None, config) -> bool:
-    """A propagated mask may stand for its object: enough of its I0 mass left, mostly on object-like features."""
-    return ev is not None and ev.mass >= config.propagation_min_mass and ev.object_share >= config.propagation_min_object_share
+    """A propagated mask may stand for its object: enough of its I0 mass left, mostly on object-like
+    features, and mostly carried along the object's own track (not the object found again somewhere new)."""
+    return (ev is not None and ev.mass >= config.propagation_min_mass and ev.object_share >= config.propagation_min_object_share
+            and ev.carried >= config.propagation_min_carried)
 
 
 def propagation_evidence(ev: PropagationEvidence) -> float:
