@@ -194,8 +194,11 @@ def iter_propagation(ref: PropagationReference, frames: dict[int, np.ndarray], g
         f = np.asarray(features.dense(frames[t]), np.float32)
         lab = prop.step(f)
         seen_before = list(last)
+        # where each object's own track was (not where I0's memory found a look-alike): a removed
+        # car is not "out of view" because another car leaves the frame
+        track = np.concatenate([lab[:1], prop.carried]) if prop.carried is not None else lab
         for k in range(ref.n):
-            seen = _last_seen(lab, k)
+            seen = _last_seen(track, k)
             if seen is not None:
                 last[k] = seen
         if t in want:
