@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from worldeval.opis.checks import figures as vf
@@ -80,6 +81,16 @@ def test_demo_figures():
     assert rank.status == "FAIL"  # static 80 is below forgetful-drop 81
     assert ident.status == "pass" and ident.value == "2/4 frames"  # frames 24 and 48 hold a < 0.35
     assert pres.status == "pass"
+
+
+def test_demo_presence_of_nine_frames_in_ten_is_ninety():
+    p = float(np.nextafter(90.0, 0.0))  # 89.99999999999999: the demo's forgetful-recolor P, a float64 rounding of 90
+    assert p < 90.0
+    scores = {"models": {"oracle": {"OPIS": 90.0}, "forgetful-recolor": {"OPIS": 60.0, "P": p}}, "cases": []}
+    pres = vf.demo_figures(scores, _rows("forgetful-recolor", {24: 0.2}))[-1]
+    assert pres.status == "pass"
+    scores["models"]["forgetful-recolor"]["P"] = 89.99  # a real shortfall still fails
+    assert vf.demo_figures(scores, _rows("forgetful-recolor", {24: 0.2}))[-1].status == "FAIL"
 
 
 def test_clip_identity_failures_count_the_recoloured_clip_frames(tmp_path):

@@ -370,3 +370,44 @@ def test_eval_command_takes_the_propagation_settings_into_the_manifest(tmp_path)
     obj = rec["frames"][0]["objects"][0]
     assert obj["status"] == "matched" and obj["route"] == "propagated"
 
+
+
+def test_mask_threshold_below_half_keeps_instances_exclusive():
+    # 1 x 4 feature map upsampled to a 1 x 16 frame. Instance labels per cell: A (0.9, 0.45, 0.1, 0),
+    # B (0, 0.4, 0.35, 0); background takes the rest. At 0.5 only A's first cell (and the linear ramp
+    # towards its neighbour while A > 0.5) joins A; B has no cell above 0.5, so no observation.
+    # At 0.3 A also takes the ramp down to its 0.3 crossing; once B has a cell above 0.5 it takes
+    # the pixels where its label exceeds 0.3 and A's, and no pixel belongs to both.
+    import cv2
+
+    ref = PR.PropagationReference(_onehot(1, 4), np.zeros((3, 1, 4), np.float32), np.array([0.25, 0.25]))
+    lab = np.zeros((3, 1, 4), np.float32)
+    lab[1, 0] = (0.9, 0.45, 0.1, 0)
+    lab[2, 0] = (0, 0.4, 0.35, 0)
+    lab[0] = 1 - lab[1] - lab[2]
+    pf = PR.PropagatedFrame(index=8, labels=lab, features=_onehot(1, 4), reference=ref)
+    bank = type("Bank", (), {"categories": ["a", "b"], "ids": ["a", "b"], "__len__": lambda self: 2})()
+    frame = np.zeros((1, 16, 3), np.uint8)
+    up = [cv2.resize(lab[k], (16, 1), interpolation=cv2.INTER_LINEAR)[0] for k in (1, 2)]
+
+    at_half = PR.propagated_observations(bank, frame, pf)
+    assert [o.found_for for o in at_half] == [["a"]]
+    assert (at_half[0].mask[0] == (up[0] > 0.5)).all()
+
+    low = PR.propagated_observations(bank, frame, pf, threshold=0.3)
+    # B's label never exceeds 0.5 at a cell, so it gives no observation even at 0.3 (the evidence,
+    # mass and shares, is read from cells above the protocol's 0.5) and A's mask does not yield to it
+    assert [o.found_for for o in low] == [["a"]]
+    a = low[0].mask[0]
+    assert (a == (up[0] > 0.3)).all()
+    assert a.sum() > at_half[0].mask.sum()
+
+    lab[2, 0] = (0, 0.3, 0.6, 0)  # now B has a cell above 0.5
+    lab[0] = 1 - lab[1] - lab[2]
+    up = [cv2.resize(lab[k], (16, 1), interpolation=cv2.INTER_LINEAR)[0] for k in (1, 2)]
+    both = PR.propagated_observations(bank, frame, pf, threshold=0.3)
+    masks = {o.found_for[0]: o.mask[0] for o in both}
+    assert set(masks) == {"a", "b"}
+    assert not (masks["a"] & masks["b"]).any()
+    assert (masks["b"] == ((up[1] > 0.3) & (up[1] >= up[0]))).all()
+    assert EvalConfig().propagation_mask_threshold == 0.5

@@ -129,7 +129,7 @@ def propagate(st: FrameState, config: EvalConfig) -> None:
     if st.propagated is None:
         return
     id_index = {k: i for i, k in enumerate(st.bank.ids)}
-    for o in propagated_observations(st.bank, st.frame, st.propagated):
+    for o in propagated_observations(st.bank, st.frame, st.propagated, config.propagation_mask_threshold):
         st.propagation[id_index[o.found_for[0]]] = o.propagation
         if not verified(o.propagation, config):
             continue

@@ -272,26 +272,34 @@ def part_match(pf: "PropagatedFrame", mask: np.ndarray, k: int) -> float | None:
     return float((pf.features[cells] @ ref.features[obj].T).max(1).mean())
 
 
-def propagated_observations(bank, frame: np.ndarray, pf: PropagatedFrame) -> list[Observation]:
+def propagated_observations(bank, frame: np.ndarray, pf: PropagatedFrame, threshold: float = 0.5) -> list[Observation]:
     """One observation per reference instance whose propagated mask is not empty in this frame.
 
-    The mask is the instance's label upsampled to the frame and thresholded at 0.5 (the protocol's
-    rule); its evidence: label mass relative to I0's (both as shares of their frames), mean label
-    inside the mask (confidence), and `object_share`.
+    The mask is the instance's label upsampled to the frame, where it exceeds `threshold` and every
+    other instance's label (instances stay exclusive below the protocol's 0.5); its evidence, from
+    the feature cells whose label exceeds 0.5: label mass relative to I0's (both as shares of their
+    frames), mean label inside the mask (confidence), `object_share` and `carried_share`.
     """
     import cv2
 
     H, W = frame.shape[:2]
     ref = pf.reference
     out = []
-    for k in range(len(bank)):
-        cells = pf.labels[k + 1] > 0.5
-        if not cells.any():
+    n = len(bank)
+    ups = [cv2.resize(pf.labels[k + 1], (W, H), interpolation=cv2.INTER_LINEAR) if (pf.labels[k + 1] > 0.5).any() else None
+           for k in range(n)]
+    live = [u for u in ups if u is not None]
+    top = np.max(live, axis=0) if len(live) > 1 else None
+    for k in range(n):
+        up = ups[k]
+        if up is None:
             continue
-        up = cv2.resize(pf.labels[k + 1], (W, H), interpolation=cv2.INTER_LINEAR)
-        mask = up > 0.5
+        mask = up > threshold
+        if top is not None:
+            mask &= up >= top
         if not mask.any():
             continue
+        cells = pf.labels[k + 1] > 0.5
         mass = float(pf.labels[k + 1].mean()) / max(float(ref.mass[k]), 1e-9)
         ev = PropagationEvidence(mass=mass, confidence=float(up[mask].mean()), object_share=object_share(ref, pf.features, cells, k, pf.labels),
                                  carried=carried_share(pf, cells, k))
