@@ -221,6 +221,10 @@ def test_verification_needs_mass_and_object_share():
     assert PR.verified(ok, cfg)
     assert not PR.verified(PropagationEvidence(mass=cfg.propagation_min_mass / 2, confidence=0.7, object_share=0.9), cfg)
     assert not PR.verified(PropagationEvidence(mass=0.8, confidence=0.9, object_share=0.3), cfg)
+    assert not PR.verified(PropagationEvidence(mass=0.8, confidence=0.7, object_share=0.9, carried=0.4), cfg)
+    # a mask with almost no label above 0.5 is the haze a removed object leaves, not the object
+    assert not PR.verified(PropagationEvidence(mass=0.8, confidence=0.4, object_share=0.9, core=0.1), cfg)
+    assert PR.verified(PropagationEvidence(mass=0.8, confidence=0.45, object_share=0.9, core=0.3), cfg)
     assert not PR.verified(None, cfg)
 
 
@@ -410,4 +414,35 @@ def test_mask_threshold_below_half_keeps_instances_exclusive():
     assert set(masks) == {"a", "b"}
     assert not (masks["a"] & masks["b"]).any()
     assert (masks["b"] == ((up[1] > 0.3) & (up[1] >= up[0]))).all()
-    assert EvalConfig().propagation_mask_threshold == 0.5
+    assert (masks["a"] == ((up[0] > 0.3) & (up[0] >= up[1]))).all()
+    # core: the share of each mask whose label exceeds 0.5, e.g. B's pixels above 0.5 over all of B's
+    b = {o.found_for[0]: o for o in both}["b"]
+    assert b.propagation.core == pytest.approx((up[1][masks["b"]] > 0.5).mean())
+    assert 0 < b.propagation.core < 1
+
+
+def test_a_mask_keeps_only_the_label_carried_along_its_track():
+    # 1 x 4 cells, one instance with label 0.9 on cells 0 and 3; only cell 0's label came along the
+    # track (cell 3: the object found again elsewhere, a copy beside it), so only the pixels
+    # around cell 0 belong to the mask
+    import cv2
+
+    ref = PR.PropagationReference(_onehot(1, 4), np.zeros((2, 1, 4), np.float32), np.array([0.25]))
+    lab = np.zeros((2, 1, 4), np.float32)
+    lab[1, 0] = (0.9, 0.0, 0.0, 0.9)
+    lab[0] = 1 - lab[1]
+    carried = np.zeros((1, 1, 4), np.float32)
+    carried[0, 0, 0] = 0.9
+    bank = type("Bank", (), {"categories": ["a"], "ids": ["a"], "__len__": lambda self: 1})()
+    frame = np.zeros((1, 16, 3), np.uint8)
+    pf = PR.PropagatedFrame(index=8, labels=lab, features=_onehot(1, 4), reference=ref, carried=carried)
+    (o,) = PR.propagated_observations(bank, frame, pf)
+    up = cv2.resize(lab[1], (16, 1), interpolation=cv2.INTER_LINEAR)[0]
+    upc = cv2.resize(carried[0], (16, 1), interpolation=cv2.INTER_LINEAR)[0]
+    assert (o.mask[0] == ((up > 0.5) & (upc >= 0.5 * up))).all()
+    assert o.mask[0, :4].all() and not o.mask[0, 12:].any()
+    assert o.propagation.carried == pytest.approx(0.5)  # evidence still from every cell above 0.5
+    pf.carried = None  # without the record every cell counts as carried
+    (o,) = PR.propagated_observations(bank, frame, pf)
+    assert o.mask[0, 12:].all()
+    assert EvalConfig().propagation_mask_threshold == 0.3

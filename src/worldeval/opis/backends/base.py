@@ -45,9 +45,10 @@ class PropagationEvidence:
     """What verifies a propagated mask (route `propagated`): it may have survived its object."""
 
     mass: float  # the instance's label mass in this frame over its mass in I0 (each a share of its frame)
-    confidence: float  # mean propagated label inside the mask, in [0.5, 1]
+    confidence: float  # mean propagated label inside the mask, in [mask threshold, 1]
     object_share: float  # share of the mask's feature cells closer to I0's object than to any background
     carried: float = 1.0  # share of the mask's label carried along the object's own track (`LabelPropagator`)
+    core: float = 1.0  # share of the mask whose label exceeds the protocol's 0.5
 
 
 @dataclass

@@ -212,7 +212,7 @@ def _evidence_record(ev) -> dict | None:
     if ev is None:
         return None
     return {"mass": _round(ev.mass), "confidence": _round(ev.confidence), "object_share": _round(ev.object_share),
-            "carried": _round(ev.carried)}
+            "carried": _round(ev.carried), "core": _round(ev.core)}
 
 
 def frame_records(st: FrameState) -> FrameResult:

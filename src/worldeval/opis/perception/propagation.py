@@ -275,10 +275,13 @@ def part_match(pf: "PropagatedFrame", mask: np.ndarray, k: int) -> float | None:
 def propagated_observations(bank, frame: np.ndarray, pf: PropagatedFrame, threshold: float = 0.5) -> list[Observation]:
     """One observation per reference instance whose propagated mask is not empty in this frame.
 
-    The mask is the instance's label upsampled to the frame, where it exceeds `threshold` and every
-    other instance's label (instances stay exclusive below the protocol's 0.5); its evidence, from
-    the feature cells whose label exceeds 0.5: label mass relative to I0's (both as shares of their
-    frames), mean label inside the mask (confidence), `object_share` and `carried_share`.
+    The mask is the instance's label upsampled to the frame where it exceeds `threshold` and every
+    other instance's label (instances stay exclusive below the protocol's 0.5), and where most of
+    the label came along the object's own track (`carried`): a place the label reached by finding
+    the object again elsewhere, a pasted copy beside it, is not part of it. Its evidence, from the
+    feature cells whose label exceeds 0.5: label mass relative to I0's (both as shares of their
+    frames), `object_share` and `carried_share`; from the mask: mean label (confidence) and the
+    share above 0.5 (`core`).
     """
     import cv2
 
@@ -297,12 +300,14 @@ def propagated_observations(bank, frame: np.ndarray, pf: PropagatedFrame, thresh
         mask = up > threshold
         if top is not None:
             mask &= up >= top
+        if pf.carried is not None:
+            mask &= cv2.resize(pf.carried[k], (W, H), interpolation=cv2.INTER_LINEAR) >= 0.5 * up
         if not mask.any():
             continue
         cells = pf.labels[k + 1] > 0.5
         mass = float(pf.labels[k + 1].mean()) / max(float(ref.mass[k]), 1e-9)
         ev = PropagationEvidence(mass=mass, confidence=float(up[mask].mean()), object_share=object_share(ref, pf.features, cells, k, pf.labels),
-                                 carried=carried_share(pf, cells, k))
+                                 carried=carried_share(pf, cells, k), core=float((up[mask] > 0.5).mean()))
         out.append(Observation(mask=mask, box=mask_box(mask), category=bank.categories[k], score=ev.confidence,
                                source="propagation", route=ROUTE_PROPAGATED, found_for=[bank.ids[k]], propagation=ev))
     return out
@@ -318,9 +323,10 @@ def carried_share(pf: PropagatedFrame, cells: np.ndarray, k: int) -> float:
 
 def verified(ev: PropagationEvidence | None, config) -> bool:
     """A propagated mask may stand for its object: enough of its I0 mass left, mostly on object-like
-    features, and mostly carried along the object's own track (not the object found again somewhere new)."""
+    features, mostly carried along the object's own track (not the object found again somewhere new),
+    and with a core of confident label (a removed object's label fades to a haze over what replaced it)."""
     return (ev is not None and ev.mass >= config.propagation_min_mass and ev.object_share >= config.propagation_min_object_share
-            and ev.carried >= config.propagation_min_carried)
+            and ev.carried >= config.propagation_min_carried and ev.core >= config.propagation_min_core)
 
 
 def propagation_evidence(ev: PropagationEvidence) -> float:
