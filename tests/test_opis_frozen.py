@@ -35,12 +35,12 @@ TOL_FIELD = {
     "heldout_inlier_rate": 0.0,  # a ratio of two counts
     "time_s": 0.0,
 }
-# The propagation evidence (mass, confidence, object share) is rounded to 4 decimals as well; the
-# object share is a ratio of cell counts, which float32 noise could change only for a cell whose
-# two closeness values tie to 1e-7.
+# The propagation evidence (mass, confidence, object share, carried share, core) is rounded to 4
+# decimals as well; the object share and the core are ratios of counts, which float32 noise could
+# change only for a cell or pixel whose two compared values tie to 1e-7.
 TOL_RECORD = {"appearance": TOL_ROUNDED[4], "structure": TOL_ROUNDED[4], "heldout_median_px": TOL_ROUNDED[3],
               "mass": TOL_ROUNDED[4], "confidence": TOL_ROUNDED[4], "object_share": TOL_ROUNDED[4],
-              "carried": TOL_ROUNDED[4]}
+              "carried": TOL_ROUNDED[4], "core": TOL_ROUNDED[4]}
 
 
 def _tolerance(where: str) -> float:
@@ -56,9 +56,9 @@ def _tolerance(where: str) -> float:
 ADDED: set[str] = set()
 
 
-# A matched propagated mask is float32 labels thresholded at 0.5: a pixel within float32 noise of
-# 0.5 can land on the other side on another CPU. Masks (COCO RLE in the record) therefore compare
-# by the pixels they differ in: at most 0.1% of their union.
+# A matched propagated mask is float32 labels thresholded (at 0.3, and against other labels): a
+# pixel within float32 noise of the threshold can land on the other side on another CPU. Masks
+# (COCO RLE in the record) therefore compare by the pixels they differ in: at most 0.1% of their union.
 MASK_PIXEL_SHARE = 1e-3
 
 
