@@ -77,13 +77,18 @@ def build_propagation_reference(image: np.ndarray, masks: list[np.ndarray], feat
     return PropagationReference(features=f0, labels=lab, mass=lab[1:].reshape(len(masks), -1).mean(1))
 
 
-def _far(h: int, w: int, radius: int):
-    """hw x hw bool: the two cells lie more than `radius` cells apart (Chebyshev), out of a local frame's reach."""
+def _window(h: int, w: int, radius: int):
+    """(hw x P long, hw x P bool): the cells within `radius` (Chebyshev) of each cell, the reach of a
+    remembered frame, as clamped flat indices, and which of them lie outside the frame."""
     import torch
 
     ys, xs = np.divmod(np.arange(h * w), w)
-    far = (np.abs(ys[:, None] - ys[None]) > radius) | (np.abs(xs[:, None] - xs[None]) > radius)
-    return torch.from_numpy(far)
+    d = np.arange(-radius, radius + 1)
+    dy, dx = np.repeat(d, d.size), np.tile(d, d.size)
+    ny, nx = ys[:, None] + dy[None], xs[:, None] + dx[None]
+    off = (ny < 0) | (ny >= h) | (nx < 0) | (nx >= w)
+    nbr = np.clip(ny, 0, h - 1) * w + np.clip(nx, 0, w - 1)
+    return torch.from_numpy(nbr.astype(np.int64)), torch.from_numpy(off)
 
 
 class LabelPropagator:
@@ -115,26 +120,49 @@ class LabelPropagator:
         h, w, c = features.shape
         tgt = torch.from_numpy(np.ascontiguousarray(features.reshape(-1, c), dtype=np.float32))
         n0 = self.ref_l.shape[0]
-        affs, labs, carr = [tgt @ self.ref_f.T], [self.ref_l], [self.ref_l[:, 1:]]
-        if self.recent:
-            far = self._far_cache.get((h, w))
-            if far is None:
-                far = self._far_cache[(h, w)] = _far(h, w, self.radius)
-            for f, lab, car in self.recent:
-                if f.shape[0] != tgt.shape[0]:
-                    continue  # a frame of another size (cannot happen within one video)
-                affs.append((tgt @ f.T).masked_fill_(far, float("-inf")))
-                labs.append(lab)
-                carr.append(car)
-        aff, lab, car = torch.cat(affs, 1), torch.cat(labs, 0), torch.cat(carr, 0)
-        vals, idx = aff.topk(min(self.topk, aff.shape[1]), dim=1)
+        aff0 = tgt @ self.ref_f.T
+        local = [m for m in self.recent if m[0].shape[0] == tgt.shape[0]]  # (another size cannot happen within one video)
+        if local:
+            # a remembered frame is only reachable within `radius` cells: its affinities are gathered
+            # at each location's (2r + 1)^2 window (out-of-frame places -inf) instead of computed and
+            # masked for every pair, which keeps the top-k over hw0 + n (2r + 1)^2 entries, not hw0 + n hw
+            nbr, off = self._window(h, w)
+            affs = [aff0] + [(tgt @ f.T).gather(1, nbr).masked_fill_(off, float("-inf")) for f, _, _ in local]
+            vals, idx = torch.cat(affs, 1).topk(min(self.topk, aff0.shape[1] + len(local) * nbr.shape[1]), dim=1)
+            lab = self._pick(idx, n0, self.ref_l, [m[1] for m in local], nbr)
+            car = self._pick(idx, n0, self.ref_l[:, 1:], [m[2] for m in local], nbr)
+        else:
+            vals, idx = aff0.topk(min(self.topk, aff0.shape[1]), dim=1)
+            lab, car = self.ref_l[idx], self.ref_l[:, 1:][idx]
         wts = torch.softmax(vals / self.temperature, dim=1)
-        out = (wts[..., None] * lab[idx]).sum(1)  # hw x (K + 1)
-        carried = (wts[..., None] * (car[idx] * self._near_track(h, w, idx < n0))).sum(1)  # hw x K
+        out = (wts[..., None] * lab).sum(1)  # hw x (K + 1)
+        carried = (wts[..., None] * (car * self._near_track(h, w, idx < n0))).sum(1)  # hw x K
         self.recent.append((tgt, out, carried))
         self.track = carried.T.reshape(-1, h, w)
         self.carried = self.track.contiguous().numpy()
         return out.T.reshape(-1, h, w).contiguous().numpy()
+
+    def _window(self, h: int, w: int):
+        """(hw x P long, hw x P bool): each location's (2r + 1)^2 window of cells (flat index, clamped) and
+        which of them fall outside the frame."""
+        got = self._far_cache.get((h, w))
+        if got is None:
+            got = self._far_cache[(h, w)] = _window(h, w, self.radius)
+        return got
+
+    @staticmethod
+    def _pick(idx, n0: int, ref, recent: list, nbr):
+        """hw x topk x L: the labels (rows of `ref`, or of a remembered frame at a window place) the top-k chose."""
+        import torch
+
+        rows = torch.arange(idx.shape[0])[:, None]
+        p = nbr.shape[1]
+        mem = (idx - n0).clamp(min=0)
+        which, place = mem // p, mem % p
+        cell = nbr[rows, place]  # the remembered frame's cell at that window place
+        stack = torch.stack(recent)  # n x hw x L
+        from_mem = stack[which.clamp(max=len(recent) - 1), cell]
+        return torch.where((idx < n0)[..., None], ref[idx.clamp(max=n0 - 1)], from_mem)
 
     def _near_track(self, h: int, w: int, from_i0):
         """hw x topk x K factor: 1 for remembered frames' entries, and for I0's entries where the location
