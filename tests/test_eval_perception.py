@@ -54,6 +54,27 @@ def test_below_threshold_is_null_and_close_competitors_are_ambiguous():
     assert a.match[0] is not None and a.ambiguous == [False]
 
 
+def test_a_followed_mask_beats_a_look_alike_within_the_margin():
+    # one instance; a search find (structure 0.6) and the instance's verified propagated mask
+    # (structure 0.6, propagation evidence 0.7) at two distinct places. The find scores higher
+    # by less than the 0.05 margin: on its own that is a tie (ambiguous), but the mask followed
+    # the object from I0, so it is the match and the instance is not ambiguous
+    ref = np.array([[1.0, 0, 0]])
+    obs = np.array([[1.0, 0.1, 0], [1.0, 0.1, 0]])
+    boxes = [(0, 0, 10, 10), (60, 0, 10, 10)]
+    st = np.array([[0.6, 0.6]])
+    args = (ref, obs, ["a"], [None, None], [{}], [{}, {}], None, boxes)
+    a = associate(*args, structure=st, propagation=np.array([[np.nan, 0.7]]))
+    assert 0 < a.affinity[0, 0] - a.affinity[0, 1] < 0.05
+    assert a.match == [1] and a.ambiguous == [False]
+    # the same numbers with no propagated mask among them: the two finds tie
+    b = associate(*args, structure=np.array([[0.6, 0.6]]))
+    assert b.match == [None] and b.ambiguous == [True]
+    # a find clearly better than the mask (beyond the margin) still wins
+    c = associate(*args, structure=np.array([[0.95, 0.6]]), propagation=np.array([[np.nan, 0.7]]))
+    assert c.affinity[0, 0] - c.affinity[0, 1] > 0.05 and c.match == [0]
+
+
 def test_geometric_gate_and_provenance():
     ref = np.stack([_unit([1, 0]), _unit([1, 0.05])])
     obs = np.stack([_unit([1, 0.01])])
@@ -382,3 +403,20 @@ def test_sift_keypoints_come_in_one_order_whatever_the_thread_count():
         np.testing.assert_array_equal(desc, got[0][1])
     resp = SiftMatcher()._detect(img, 2000, None, None).response
     assert np.all(np.diff(resp) <= 0)  # strongest first
+
+
+def test_a_copy_partly_under_the_objects_spread_mask_is_not_a_piece_of_it():
+    from worldeval.opis.perception.extras import _piece_of_own_mask, same_place
+
+    mask = np.zeros((10, 20), bool)
+    mask[2:8, 0:10] = True  # the object's propagated mask: 60 px, its label spread to column 9
+    copy = np.zeros_like(mask)
+    copy[2:8, 7:13] = True  # a copy beside it: 36 px, 18 inside the mask (half), IoU 18/78
+    assert same_place(copy, mask)  # the rule for other matched objects: > 20 % inside
+    assert not _piece_of_own_mask(copy, mask)  # exactly half inside is not "mostly"
+    piece = np.zeros_like(mask)
+    piece[3:7, 6:11] = True  # 20 px, 16 inside: a piece of the object found again
+    assert _piece_of_own_mask(piece, mask)
+    big = np.zeros_like(mask)
+    big[2:8, 2:9] = True  # IoU 42/60 = 0.7
+    assert _piece_of_own_mask(big, mask)

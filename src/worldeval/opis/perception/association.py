@@ -17,7 +17,8 @@ embedding cosine stands in for it. The assignment
 maximises total affinity (Hungarian, scipy), pairs below the association
 threshold are null, and a match whose runner-up (another distinct observation
 for the instance, or another unassigned instance for the observation) comes
-within the ambiguity margin is flagged ambiguous.
+within the ambiguity margin is flagged ambiguous (unless the match is the instance's verified
+propagated mask and the rival another observation: the mask's continuity decides).
 """
 
 from __future__ import annotations
@@ -166,7 +167,10 @@ def associate(
     for r, c in zip(rows, cols):
         if np.isfinite(aff[r, c]) and aff[r, c] >= threshold:
             match[r] = int(c)
-    ambiguous = _ambiguous(aff, match, obs_boxes, threshold=threshold, margin=margin, distinct_iou=distinct_iou)
+    followed = np.isfinite(propagation) if propagation is not None else None
+    if followed is not None:
+        _prefer_followed(aff, match, followed, threshold=threshold, margin=margin)
+    ambiguous = _ambiguous(aff, match, obs_boxes, threshold=threshold, margin=margin, distinct_iou=distinct_iou, followed=followed)
     for i in range(n):
         if ambiguous[i]:
             match[i] = None
@@ -202,7 +206,26 @@ def _affinity(num, den, ref_attrs, obs_attrs, ref_category, obs_category) -> flo
     return num / den
 
 
-def _ambiguous(aff, match, obs_boxes, *, threshold, margin, distinct_iou) -> list[bool]:
+def _prefer_followed(aff, match, followed, *, threshold, margin) -> None:
+    """Where an instance's best observation is a search find and its own verified propagated mask
+    (free, above the threshold) comes within the ambiguity margin, the mask is its match: a tie
+    between a look-alike found in one frame and the object followed from I0 is not a tie."""
+    taken = {c for c in match if c is not None}
+    for i, j in enumerate(match):
+        if j is None or followed[i, j]:
+            continue
+        for j2 in np.flatnonzero(followed[i]):
+            if j2 not in taken and np.isfinite(aff[i, j2]) and aff[i, j2] >= max(threshold, aff[i, j] - margin):
+                taken.discard(j)
+                taken.add(int(j2))
+                match[i] = int(j2)
+                break
+
+
+def _ambiguous(aff, match, obs_boxes, *, threshold, margin, distinct_iou, followed=None) -> list[bool]:
+    """`followed[i, j]`: observation j is instance i's verified propagated mask. Matched to it, the
+    instance is not ambiguous with a look-alike elsewhere (a pasted copy): the mask followed the
+    object from I0 through every frame in between, where a search find judges one frame alone."""
     n, m = aff.shape
     assigned_obs = {c for c in match if c is not None}
     ambiguous = [False] * n
@@ -211,7 +234,7 @@ def _ambiguous(aff, match, obs_boxes, *, threshold, margin, distinct_iou) -> lis
             continue
         best = aff[i, j]
         # another, spatially distinct observation almost as good for this instance
-        for j2 in range(m):
+        for j2 in range(m if followed is None or not followed[i, j] else 0):
             if j2 == j or not np.isfinite(aff[i, j2]) or aff[i, j2] < best - margin:
                 continue
             if box_iou(obs_boxes[j], obs_boxes[j2]) < distinct_iou and j2 not in assigned_obs:

@@ -45,6 +45,17 @@ def same_place(a: np.ndarray, b: np.ndarray, allow_inside_larger: bool = False) 
     return inter / sa > 0.2 and not (allow_inside_larger and sb >= 3.0 * sa)
 
 
+def _piece_of_own_mask(a: np.ndarray, b: np.ndarray) -> bool:
+    """Candidate `a` is the object of its matched propagated mask `b` found again: overlapping it by
+    IoU > 0.3 or mostly (> 50 %) inside it. A propagated label can spread onto a look-alike beside
+    the object; a copy there lies partly inside the mask, but mostly outside it."""
+    inter = float((a & b).sum())
+    if inter == 0:
+        return False
+    sa, sb = float(a.sum()), float(b.sum())
+    return inter / (sa + sb - inter) > 0.3 or inter / sa > 0.5
+
+
 def strong_find(o, config) -> bool:
     """A whole second find by the instance's own keypoints, or by a near-perfect template correlation:
     a copy of it even on another background."""
@@ -67,7 +78,8 @@ def _explained(st, j: int, i_best: int, strong: bool, matched: set, conf: float,
     # A strong find may stand inside a larger object (a copy on a table), but never inside the
     # object it resembles: then it is a piece of that object found again.
     own = st.assoc.match[i_best]
-    if any(same_place(o.mask, obs[k].mask, strong and k != own) for k in matched):
+    if any(_piece_of_own_mask(o.mask, obs[k].mask) if k == own and obs[k].route == ROUTE_PROPAGATED
+           else same_place(o.mask, obs[k].mask, strong and k != own) for k in matched):
         return True
     if any(pr is not None and pr.mask is not None and same_place(o.mask, pr.mask, strong and i != i_best)
            for i, pr in enumerate(st.projs)):

@@ -173,14 +173,25 @@ def _own_extent(st, k: int, o) -> np.ndarray:
 
     A propagated mask of a static instance can spill into a neighbour's place when the neighbour is
     gone (its labels win the hole, and labels are coarse at a feature cell's size); a static object
-    does not move, so only the part at its own projected place counts.
+    does not move, so only the part at its own projected place counts. And only its core counts
+    (label above the protocol's 0.5): the mask reaches further, to a label of
+    `propagation_mask_threshold`, and that rim spreads over a removed neighbour's hole too.
     """
     from worldeval.opis.backends.base import ROUTE_PROPAGATED
 
-    pr = st.projs[k] if k < len(st.projs) else None
-    if o.route != ROUTE_PROPAGATED or st.bank.tracks[k] != "static" or pr is None or pr.mask is None:
+    if o.route != ROUTE_PROPAGATED:
         return o.mask
-    return o.mask & pr.mask
+    mask = o.mask
+    pf = getattr(st, "propagated", None)
+    if pf is not None and k + 1 < len(pf.labels):
+        import cv2
+
+        H, W = mask.shape
+        mask = mask & (cv2.resize(pf.labels[k + 1], (W, H), interpolation=cv2.INTER_LINEAR) > 0.5)
+    pr = st.projs[k] if k < len(st.projs) else None
+    if st.bank.tracks[k] != "static" or pr is None or pr.mask is None:
+        return mask
+    return mask & pr.mask
 
 
 def resolve_occlusion(st, config) -> None:
