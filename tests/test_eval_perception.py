@@ -420,3 +420,26 @@ def test_a_copy_partly_under_the_objects_spread_mask_is_not_a_piece_of_it():
     big = np.zeros_like(mask)
     big[2:8, 2:9] = True  # IoU 42/60 = 0.7
     assert _piece_of_own_mask(big, mask)
+
+
+def test_an_out_of_view_static_instance_may_match_only_its_own_propagated_mask_where_it_shows():
+    # the camera puts most of a frame-filling couch outside a zoomed frame (out_of_view); its own
+    # verified propagated mask at the part still in view establishes that it is seen, a search
+    # find there does not, and neither does another instance's mask
+    from worldeval.opis.backends.base import ROUTE_PROPAGATED, ROUTE_TEMPLATE
+    from worldeval.opis.perception import projection as P
+    from worldeval.opis.perception.config import EvalConfig
+    from worldeval.opis.perception.identity import geometric_gates
+
+    box = (0.0, 0.0, 200.0, 100.0)
+    obs = [SimpleNamespace(route=ROUTE_PROPAGATED, found_for=["couch"], box=box),
+           SimpleNamespace(route=ROUTE_TEMPLATE, found_for=["couch"], box=box),
+           SimpleNamespace(route=ROUTE_PROPAGATED, found_for=["lamp"], box=box),
+           SimpleNamespace(route=ROUTE_PROPAGATED, found_for=["couch"], box=(400.0, 300.0, 40.0, 30.0))]
+    st = SimpleNamespace(
+        bank=SimpleNamespace(tracks=["static", "static"], ids=["couch", "lamp"]), obs=obs, n=2,
+        cam=SimpleNamespace(reliable=True), shape=(480, 640),
+        projs=[SimpleNamespace(state=P.OUT_OF_VIEW, box=box), SimpleNamespace(state=P.EXPECTED, box=box)])
+    g = geometric_gates(st, EvalConfig())
+    assert g[0].tolist() == [True, False, False, False]  # own mask, in view and at its place
+    assert g[1].tolist() == [True, True, True, False]  # an instance in view: the usual gate

@@ -23,12 +23,17 @@ def geometric_gates(st, config) -> np.ndarray:
     """n x m: a static instance the camera places may only match observations where it is projected."""
     bank, obs, n = st.bank, st.obs, st.n
     gates = np.ones((n, len(obs)), bool)
+    id_index = {k: i for i, k in enumerate(bank.ids)}
     for i in range(n):
         if bank.tracks[i] != "static" or not st.cam.reliable:
             continue
         pr = st.projs[i]
         for j, o in enumerate(obs):
-            gates[i, j] = pr is not None and pr.state != P.OUT_OF_VIEW and geometric_gate(pr.box, o.box, st.shape, config.gate_tolerance)
+            placed = pr is not None and geometric_gate(pr.box, o.box, st.shape, config.gate_tolerance)
+            # mostly outside the frame by the camera, its own propagated mask at the part still in
+            # view establishes that it is seen (a frame-filling couch under a zoom-in)
+            own = o.route == ROUTE_PROPAGATED and id_index.get(o.found_for[0] if o.found_for else None) == i
+            gates[i, j] = placed and (pr.state != P.OUT_OF_VIEW or own)
     return gates
 
 
