@@ -406,20 +406,23 @@ def test_sift_keypoints_come_in_one_order_whatever_the_thread_count():
 
 
 def test_a_copy_partly_under_the_objects_spread_mask_is_not_a_piece_of_it():
-    from worldeval.opis.perception.extras import _piece_of_own_mask, same_place
+    from worldeval.opis.perception.extras import same_place
+
+    def piece_of_own_mask(a, b):  # the rule for the object's own propagated mask
+        return same_place(a, b, inside=0.5)
 
     mask = np.zeros((10, 20), bool)
     mask[2:8, 0:10] = True  # the object's propagated mask: 60 px, its label spread to column 9
     copy = np.zeros_like(mask)
     copy[2:8, 7:13] = True  # a copy beside it: 36 px, 18 inside the mask (half), IoU 18/78
     assert same_place(copy, mask)  # the rule for other matched objects: > 20 % inside
-    assert not _piece_of_own_mask(copy, mask)  # exactly half inside is not "mostly"
+    assert not piece_of_own_mask(copy, mask)  # exactly half inside is not "mostly"
     piece = np.zeros_like(mask)
     piece[3:7, 6:11] = True  # 20 px, 16 inside: a piece of the object found again
-    assert _piece_of_own_mask(piece, mask)
+    assert piece_of_own_mask(piece, mask)
     big = np.zeros_like(mask)
     big[2:8, 2:9] = True  # IoU 42/60 = 0.7
-    assert _piece_of_own_mask(big, mask)
+    assert piece_of_own_mask(big, mask)
 
 
 def test_an_out_of_view_static_instance_may_match_only_its_own_propagated_mask_where_it_shows():

@@ -73,6 +73,9 @@ class Observation:
     # as an extra on strong evidence alone); 0.0 when the segmenter cannot say.
     completeness: float = 0.0
     propagation: PropagationEvidence | None = None  # set on route `propagated` only
+    # route `propagated`: the part of the mask whose label exceeds the protocol's 0.5 (what can
+    # stand in front of another object); None elsewhere
+    core_mask: np.ndarray | None = None
 
 
 @dataclass

@@ -233,8 +233,10 @@ def _ambiguous(aff, match, obs_boxes, *, threshold, margin, distinct_iou, follow
         if j is None:
             continue
         best = aff[i, j]
-        # another, spatially distinct observation almost as good for this instance
-        for j2 in range(m if followed is None or not followed[i, j] else 0):
+        # another, spatially distinct observation almost as good for this instance (a followed
+        # mask has no such rival)
+        rivals = range(m) if followed is None or not followed[i, j] else ()
+        for j2 in rivals:
             if j2 == j or not np.isfinite(aff[i, j2]) or aff[i, j2] < best - margin:
                 continue
             if box_iou(obs_boxes[j], obs_boxes[j2]) < distinct_iou and j2 not in assigned_obs:

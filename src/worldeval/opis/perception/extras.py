@@ -30,11 +30,11 @@ UNACCOUNTED = (P.OCCLUDED, P.OUT_OF_VIEW, P.UNKNOWN, P.TOO_SMALL)  # reference s
 WHOLE = 0.85  # completeness a strong find needs to count as a copy on its own
 
 
-def same_place(a: np.ndarray, b: np.ndarray, allow_inside_larger: bool = False) -> bool:
+def same_place(a: np.ndarray, b: np.ndarray, allow_inside_larger: bool = False, inside: float = 0.2) -> bool:
     """Mask `a` (a candidate extra) can be explained by `b` (a matched object or a projected place).
 
-    Any overlap beyond 20 % of `a` counts; with `allow_inside_larger`, not inside a `b` at least
-    three times larger: a copy standing on a table lies inside the table's mask without being it.
+    IoU > 0.3, or more than `inside` of `a` within `b`; with `allow_inside_larger`, not inside a `b`
+    at least three times larger: a copy standing on a table lies inside the table's mask without being it.
     """
     inter = float((a & b).sum())
     if inter == 0:
@@ -42,18 +42,7 @@ def same_place(a: np.ndarray, b: np.ndarray, allow_inside_larger: bool = False) 
     sa, sb = float(a.sum()), float(b.sum())
     if inter / (sa + sb - inter) > 0.3:
         return True
-    return inter / sa > 0.2 and not (allow_inside_larger and sb >= 3.0 * sa)
-
-
-def _piece_of_own_mask(a: np.ndarray, b: np.ndarray) -> bool:
-    """Candidate `a` is the object of its matched propagated mask `b` found again: overlapping it by
-    IoU > 0.3 or mostly (> 50 %) inside it. A propagated label can spread onto a look-alike beside
-    the object; a copy there lies partly inside the mask, but mostly outside it."""
-    inter = float((a & b).sum())
-    if inter == 0:
-        return False
-    sa, sb = float(a.sum()), float(b.sum())
-    return inter / (sa + sb - inter) > 0.3 or inter / sa > 0.5
+    return inter / sa > inside and not (allow_inside_larger and sb >= 3.0 * sa)
 
 
 def strong_find(o, config) -> bool:
@@ -77,9 +66,11 @@ def _explained(st, j: int, i_best: int, strong: bool, matched: set, conf: float,
     o, obs, sim = st.obs[j], st.obs, st.assoc.similarity
     # A strong find may stand inside a larger object (a copy on a table), but never inside the
     # object it resembles: then it is a piece of that object found again.
+    # The label of the object's own propagated mask can spread onto a look-alike beside it: a copy
+    # there lies partly inside the mask, a piece of the object mostly (more than half).
     own = st.assoc.match[i_best]
-    if any(_piece_of_own_mask(o.mask, obs[k].mask) if k == own and obs[k].route == ROUTE_PROPAGATED
-           else same_place(o.mask, obs[k].mask, strong and k != own) for k in matched):
+    if any(same_place(o.mask, obs[k].mask, strong and k != own, 0.5 if k == own and obs[k].route == ROUTE_PROPAGATED else 0.2)
+           for k in matched):
         return True
     if any(pr is not None and pr.mask is not None and same_place(o.mask, pr.mask, strong and i != i_best)
            for i, pr in enumerate(st.projs)):

@@ -181,13 +181,7 @@ def _own_extent(st, k: int, o) -> np.ndarray:
 
     if o.route != ROUTE_PROPAGATED:
         return o.mask
-    mask = o.mask
-    pf = getattr(st, "propagated", None)
-    if pf is not None and k + 1 < len(pf.labels):
-        import cv2
-
-        H, W = mask.shape
-        mask = mask & (cv2.resize(pf.labels[k + 1], (W, H), interpolation=cv2.INTER_LINEAR) > 0.5)
+    mask = o.core_mask if o.core_mask is not None else o.mask
     pr = st.projs[k] if k < len(st.projs) else None
     if st.bank.tracks[k] != "static" or pr is None or pr.mask is None:
         return mask

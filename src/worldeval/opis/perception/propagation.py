@@ -109,7 +109,7 @@ class LabelPropagator:
         self.ref_l = torch.from_numpy(ref.labels.reshape(ref.labels.shape[0], -1).T.copy())
         self.topk, self.temperature, self.radius = int(topk), float(temperature), int(radius)
         self.recent: deque = deque(maxlen=max(0, int(memory)))
-        self._far_cache: dict = {}
+        self._window_cache: dict = {}
         self.track = torch.from_numpy(ref.labels[1:].copy())  # K x h0 x w0: where each instance's track was last
         self.carried: np.ndarray | None = None  # K x h x w of the last step
 
@@ -129,8 +129,7 @@ class LabelPropagator:
             nbr, off = self._window(h, w)
             affs = [aff0] + [(tgt @ f.T).gather(1, nbr).masked_fill_(off, float("-inf")) for f, _, _ in local]
             vals, idx = torch.cat(affs, 1).topk(min(self.topk, aff0.shape[1] + len(local) * nbr.shape[1]), dim=1)
-            lab = self._pick(idx, n0, self.ref_l, [m[1] for m in local], nbr)
-            car = self._pick(idx, n0, self.ref_l[:, 1:], [m[2] for m in local], nbr)
+            lab, car = self._pick(idx, n0, local, nbr)
         else:
             vals, idx = aff0.topk(min(self.topk, aff0.shape[1]), dim=1)
             lab, car = self.ref_l[idx], self.ref_l[:, 1:][idx]
@@ -145,24 +144,24 @@ class LabelPropagator:
     def _window(self, h: int, w: int):
         """(hw x P long, hw x P bool): each location's (2r + 1)^2 window of cells (flat index, clamped) and
         which of them fall outside the frame."""
-        got = self._far_cache.get((h, w))
+        got = self._window_cache.get((h, w))
         if got is None:
-            got = self._far_cache[(h, w)] = _window(h, w, self.radius)
+            got = self._window_cache[(h, w)] = _window(h, w, self.radius)
         return got
 
-    @staticmethod
-    def _pick(idx, n0: int, ref, recent: list, nbr):
-        """hw x topk x L: the labels (rows of `ref`, or of a remembered frame at a window place) the top-k chose."""
+    def _pick(self, idx, n0: int, local: list, nbr):
+        """(hw x topk x (K + 1), hw x topk x K): the labels and carried labels the top-k chose, rows of
+        I0's where the index is below `n0`, else of a remembered frame at a place of the window."""
         import torch
 
-        rows = torch.arange(idx.shape[0])[:, None]
         p = nbr.shape[1]
         mem = (idx - n0).clamp(min=0)
-        which, place = mem // p, mem % p
-        cell = nbr[rows, place]  # the remembered frame's cell at that window place
-        stack = torch.stack(recent)  # n x hw x L
-        from_mem = stack[which.clamp(max=len(recent) - 1), cell]
-        return torch.where((idx < n0)[..., None], ref[idx.clamp(max=n0 - 1)], from_mem)
+        which = (mem // p).clamp(max=len(local) - 1)
+        cell = nbr[torch.arange(idx.shape[0])[:, None], mem % p]  # the remembered frame's cell at that window place
+        from_i0, i0 = (idx < n0)[..., None], idx.clamp(max=n0 - 1)
+        lab = torch.where(from_i0, self.ref_l[i0], torch.stack([m[1] for m in local])[which, cell])
+        car = torch.where(from_i0, self.ref_l[:, 1:][i0], torch.stack([m[2] for m in local])[which, cell])
+        return lab, car
 
     def _near_track(self, h: int, w: int, from_i0):
         """hw x topk x K factor: 1 for remembered frames' entries, and for I0's entries where the location
@@ -333,11 +332,13 @@ def propagated_observations(bank, frame: np.ndarray, pf: PropagatedFrame, thresh
         if not mask.any():
             continue
         cells = pf.labels[k + 1] > 0.5
+        core = mask & (up > 0.5)
         mass = float(pf.labels[k + 1].mean()) / max(float(ref.mass[k]), 1e-9)
         ev = PropagationEvidence(mass=mass, confidence=float(up[mask].mean()), object_share=object_share(ref, pf.features, cells, k, pf.labels),
-                                 carried=carried_share(pf, cells, k), core=float((up[mask] > 0.5).mean()))
+                                 carried=carried_share(pf, cells, k), core=float(core.sum()) / float(mask.sum()))
         out.append(Observation(mask=mask, box=mask_box(mask), category=bank.categories[k], score=ev.confidence,
-                               source="propagation", route=ROUTE_PROPAGATED, found_for=[bank.ids[k]], propagation=ev))
+                               source="propagation", route=ROUTE_PROPAGATED, found_for=[bank.ids[k]], propagation=ev,
+                               core_mask=core))
     return out
 
 
