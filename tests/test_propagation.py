@@ -322,6 +322,32 @@ def test_fused_trunk_gives_the_networks_own_features():
     assert float((got - ref).abs().max()) < 1e-4 * max(1.0, float(ref.abs().max()))
 
 
+@pytest.mark.parametrize("kernel", [3, 5])
+@pytest.mark.parametrize("size", [(17, 23), (32, 48)])
+def test_folded_same_padding_is_the_asymmetric_pad(kernel, size):
+    """TensorFlow-style "same" padding (0 | 1 before a 3 x 3 stride-2 convolution, 1 | 2 before a 5 x 5)
+    folded into a symmetric padding with zero taps: the same outputs, at odd and even input sizes."""
+    import torch
+    import torch.nn.functional as F
+    from efficientnet_lite_pytorch.utils import Conv2dStaticSamePadding
+
+    from worldeval.opis.backends.efficientnet import _FusedTrunk, _fold
+
+    torch.manual_seed(kernel)
+    conv = Conv2dStaticSamePadding(8, 8, kernel, stride=2, groups=8, bias=False, image_size=224).eval()
+    bn = torch.nn.BatchNorm2d(8).eval()
+    bn.running_mean.uniform_(-1, 1)
+    bn.running_var.uniform_(0.5, 2)
+    l, r, t, b = conv.static_padding.padding
+    assert (l, t) != (r, b), "the case under test pads asymmetrically"
+    x = torch.randn(1, 8, *size)
+    with torch.inference_mode():
+        ref = bn(conv(x))
+        got = _FusedTrunk._conv(_fold(conv, bn), x, relu6=False)
+    assert got.shape == ref.shape
+    assert float((got - ref).abs().max()) < 1e-5
+
+
 def test_fused_network_gives_extract_features():
     import torch
 
