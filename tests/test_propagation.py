@@ -328,7 +328,6 @@ def test_folded_same_padding_is_the_asymmetric_pad(kernel, size):
     """TensorFlow-style "same" padding (0 | 1 before a 3 x 3 stride-2 convolution, 1 | 2 before a 5 x 5)
     folded into a symmetric padding with zero taps: the same outputs, at odd and even input sizes."""
     import torch
-    import torch.nn.functional as F
     from efficientnet_lite_pytorch.utils import Conv2dStaticSamePadding
 
     from worldeval.opis.backends.efficientnet import _FusedTrunk, _fold

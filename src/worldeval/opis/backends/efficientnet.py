@@ -293,9 +293,8 @@ def fused_trunk(last_block: int, head: bool = False):
     the time at propagation's frame sizes; folded, with symmetric padding inside the convolution and
     channels-last tensors inside, the same features (to float32 rounding: 5e-5 on activations up to
     20) take a quarter to a third of the time (640 x 360 to block 10: 202 -> 69 ms on one thread,
-    141 -> 34 ms on two; six 128 x 128 crops through the whole network: 49 -> 24 ms on two). Folding
-    the stride-2 convolutions' asymmetric pads into their kernels (`_fold`) then halved block 10
-    again (640 x 360: 52 -> 32 ms on one thread, 30 -> 15 ms on two), with the same bits.
+    141 -> 34 ms on two; six 128 x 128 crops through the whole network: 49 -> 24 ms on two), and
+    half that again once `_fold` took the stride-2 pads into the kernels.
     """
     model, _ = _load()  # takes _LOCK itself
     with _LOCK:
@@ -318,8 +317,8 @@ def _fold(conv, bn) -> tuple:
     with w framed by zero taps (max - l before, max - r after): every output reads the same inputs
     with the same weights, plus exact zeros. So the convolution pads symmetrically itself and no
     separate pad runs: that pad copied the biggest activations and left them out of channels-last,
-    which slowed what followed (the same features bit for bit; block 10 at 640 x 360, 2 threads:
-    30 -> 15 ms).
+    which slowed what followed (the same features bit for bit; block 10 at 640 x 360: 52 -> 32 ms
+    on one thread, 30 -> 15 ms on two).
     """
     import torch
     import torch.nn.functional as F
@@ -332,8 +331,7 @@ def _fold(conv, bn) -> tuple:
     pad = getattr(conv, "static_padding", None)
     left, right, top, bottom = tuple(pad.padding) if isinstance(pad, torch.nn.ZeroPad2d) else (0, 0, 0, 0)
     ph, pw = max(top, bottom), max(left, right)
-    if (left, right, top, bottom) != (pw, pw, ph, ph):
-        w = F.pad(w, (pw - left, pw - right, ph - top, ph - bottom)).contiguous()
+    w = F.pad(w, (pw - left, pw - right, ph - top, ph - bottom)).contiguous()  # no-op when symmetric
     return w, b, tuple(conv.stride), (ph, pw), conv.groups
 
 
