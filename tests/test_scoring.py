@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from worldeval.opis.archive import frame_from_records
-from worldeval.opis.scoring import VARIANTS, ScoreConfig, score_frame
+from worldeval.opis.scoring import ALL_VARIANTS, VARIANTS, ScoreConfig, score_frame
 
 FPS = 8.0  # frame f sits at f / 8 s; frames 8, 16, 24, ... are 1 s, 2 s, 3 s, ...
 NO_BOOT = ScoreConfig(bootstrap=0)
@@ -229,7 +229,7 @@ def test_each_variant(variant, P, I, S):
 def test_variant_table_is_independent_of_the_selected_variant():
     a = score_frame(_variant_case(), ScoreConfig(bootstrap=0))["models"]["m"]["variants"]
     b = score_frame(_variant_case(), ScoreConfig(bootstrap=0, variant="minimum"))["models"]["m"]["variants"]
-    assert a == b and set(a) == set(VARIANTS)
+    assert a == b and set(a) == set(ALL_VARIANTS)
 
 
 def test_no_coverage_keeps_zero_structure_for_cases_without_structure_frames():

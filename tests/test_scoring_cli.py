@@ -97,4 +97,4 @@ def test_out_file_and_variant_list_in_step(run, tmp_path):
     res = runner.invoke(app, ["opis", "score", str(run / "run1"), "--bootstrap", "0", "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert json.loads(out.read_text())["models"]["alpha"]["n_cases"] == 4
-    assert cli_score.VARIANTS == scoring.VARIANTS
+    assert cli_score.ALL_VARIANTS == scoring.ALL_VARIANTS

@@ -45,10 +45,12 @@ def _register_all() -> None:
     from worldeval.opis.cli import produce as cli_produce
     from worldeval.opis.cli import build as build_cli
     from worldeval.opis.cli import audit as cli_audit
+    from worldeval.opis.cli import official as cli_official
+    from worldeval.opis.cli import compare as cli_compare
     from worldeval.worldcast import cli as worldcast_cli
     from worldeval import cli_demo, cli_models, cli_report
 
-    for mod in (cli_score, cli_eval, cli_validate, cli_annotate, cli_produce, build_cli, cli_audit):
+    for mod in (cli_score, cli_eval, cli_validate, cli_annotate, cli_produce, build_cli, cli_audit, cli_compare, cli_official):
         mod.register(opis_app)
     worldcast_cli.register(worldcast_app)
     cli_demo.register(app)

@@ -7,6 +7,8 @@ estimating from duration, because a guessed count shifts the sampled indices.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -23,10 +25,18 @@ class MediaError(Exception):
         super().__init__(f"{self.path}: {message}")
 
 
-def sample_frame_indices(num_frames: int, fps: float, stride: int = 8, skip_seconds: float = 1.0) -> list[int]:
+# Where the first sample sits: SPEC's `round(skip * fps)`, or the OPIS authors' first frame whose
+# timestamp is at or after `skip` (they differ only for fractional rates, e.g. 12.5 fps: 12 vs 13).
+FIRST_FRAME_RULES = ("round", "at_or_after")
+
+
+def sample_frame_indices(num_frames: int, fps: float, stride: int = 8, skip_seconds: float = 1.0,
+                         max_frames: int | None = None, first_frame: str = "round") -> list[int]:
     """OPIS sampled frames: skip the first `skip_seconds`, then every `stride`-th frame.
 
-    `t_k = round(skip_seconds * fps) + stride * k` for every k >= 0 with t_k < num_frames.
+    `t_k = round(skip_seconds * fps) + stride * k` for every k >= 0 with t_k < num_frames; with
+    `first_frame="at_or_after"` the first index is the first frame at or after `skip_seconds`; with
+    `max_frames` only the first that many samples are kept (the authors' evaluator keeps 64).
     """
     if num_frames < 0:
         raise ValueError(f"num_frames must be >= 0, got {num_frames}")
@@ -34,8 +44,16 @@ def sample_frame_indices(num_frames: int, fps: float, stride: int = 8, skip_seco
         raise ValueError(f"fps must be > 0, got {fps}")
     if stride < 1:
         raise ValueError(f"stride must be >= 1, got {stride}")
-    start = int(round(skip_seconds * float(fps)))
-    return list(range(start, int(num_frames), stride))
+    if first_frame not in FIRST_FRAME_RULES:
+        raise ValueError(f"first_frame must be one of {FIRST_FRAME_RULES}, got {first_frame!r}")
+    if max_frames is not None and max_frames < 1:
+        raise ValueError(f"max_frames must be >= 1, got {max_frames}")
+    if first_frame == "round":
+        start = int(round(skip_seconds * float(fps)))
+    else:
+        start = max(0, math.ceil(skip_seconds * float(fps) - 1e-9 * float(fps)))
+    out = list(range(start, int(num_frames), stride))
+    return out[:max_frames] if max_frames is not None else out
 
 
 @dataclass

@@ -34,8 +34,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from worldeval.opis.case import ARCHIVE_TRACKS, EXCLUDED, TRACKS, UNLABELED  # noqa: F401  (re-exported: one home)
+
 VISIBILITY = ("expected_visible", "occluded", "out_of_view", "too_small", "unknown")
-TRACKS = ("static", "dynamic")
 STRUCTURE_SOURCES = ("static", "static_flat", "pose", "claims")
 
 SCHEMA = pa.schema(
@@ -441,9 +442,12 @@ def _label_column(df, fail, column: str, allowed) -> tuple[np.ndarray, np.ndarra
 def _check_labels(df, fail) -> dict:
     vis_codes, vis_labels = _label_column(df, fail, "visibility", VISIBILITY)
     lab_idx = {lab: i for i, lab in enumerate(vis_labels)}
-    track_codes, _ = _label_column(df, fail, "track", TRACKS)
+    track_codes, track_labels = _label_column(df, fail, "track", ARCHIVE_TRACKS)
     _label_column(df, fail, "structure_source", STRUCTURE_SOURCES)
+    # rows of an instance without a Structure track
+    no_track = np.append(np.isin(np.asarray(track_labels, dtype=object), (UNLABELED, EXCLUDED)), False)
     return {
+        "unstructured": no_track[np.where(track_codes >= 0, track_codes, len(no_track) - 1)],
         "visibility": vis_codes,
         "expected": vis_codes == lab_idx.get("expected_visible", -2),
         "unknown": vis_codes == lab_idx.get("unknown", -2),
@@ -473,6 +477,8 @@ def _check_rows(df, fail, labels: dict) -> None:
         fail(c, ~np.isnan(v) & ((v < 0.0) | (v > 1.0)), "is outside [0, 1]")
     structure = df["structure"].to_numpy(dtype=float, na_value=np.nan)
     fail("structure", extra & ~np.isnan(structure), "must be null on an extra row")
+    fail("structure", labels["unstructured"] & ~np.isnan(structure),
+         f"must be null on an {UNLABELED} or {EXCLUDED} instance's row (no Structure track)")
     fail("n_reference", df["n_reference"].to_numpy() < 0, "is negative")
     fail("frame", df["frame"].to_numpy() < 0, "is negative")
     tsec = df["time_s"].to_numpy(dtype=float)
@@ -538,7 +544,7 @@ class ArchiveKeys:
         return len(self.first_row_of_case)
 
 
-def _dense(key: np.ndarray) -> tuple[np.ndarray, int]:
+def dense_ids(key: np.ndarray) -> tuple[np.ndarray, int]:
     """Map non-negative int keys to 0..k-1 preserving order; a bitmap when the key space is small."""
     space = int(key.max()) + 1 if len(key) else 0
     if space <= max(4 * len(key), 1 << 22):
@@ -553,9 +559,9 @@ def _dense(key: np.ndarray) -> tuple[np.ndarray, int]:
 def archive_keys(df: pd.DataFrame) -> ArchiveKeys:
     mcode, _ = label_codes(df["model"])
     ccode, _ = label_codes(df["case_id"])
-    case_key, n_cases = _dense(mcode.astype(np.int64) * (int(ccode.max()) + 1) + ccode)
+    case_key, n_cases = dense_ids(mcode.astype(np.int64) * (int(ccode.max()) + 1) + ccode)
     frame = df["frame"].to_numpy().astype(np.int64)
-    frame_key, n_frames = _dense(case_key * (int(frame.max()) + 1) + frame)
+    frame_key, n_frames = dense_ids(case_key * (int(frame.max()) + 1) + frame)
     first_row = np.empty(n_cases, dtype=np.int64)
     first_row[case_key[::-1]] = np.arange(len(case_key) - 1, -1, -1)
     return ArchiveKeys(case_key, frame_key, first_row, n_frames)

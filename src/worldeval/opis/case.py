@@ -19,7 +19,16 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 KINEMATICS = ("rigid", "articulated", "deformable")
+# A kinematic class nobody labelled (the authors' `unknown`); such an instance is followed as dynamic.
+UNKNOWN_KINEMATICS = "unknown"
+# Evaluation tracks with a Structure route (SPEC section 2).
 TRACKS = ("static", "dynamic")
+# An instance carried in the inventory (so finding it is no extra) whose rows never enter a score.
+EXCLUDED = "excluded"
+# The archive's track of an instance without an evaluation track: Presence and Identity only.
+UNLABELED = "unlabeled"
+# Every value of the archive's `track` column on a reference-instance row.
+ARCHIVE_TRACKS = TRACKS + (UNLABELED, EXCLUDED)
 # bbox may disagree with the mask's tight box by this much (pixels, or share of the box side)
 BBOX_TOLERANCE_PX = 3.0
 BBOX_TOLERANCE_FRAC = 0.05
@@ -43,10 +52,30 @@ class Instance(BaseModel):
     mask: dict[str, Any] | None = None
     mask_png: str | None = None
     bbox: list[float] | None = None
-    kinematics: Literal["rigid", "articulated", "deformable"]
-    track: Literal["static", "dynamic"]
-    attributes: dict[str, str] = Field(default_factory=dict)
+    kinematics: Literal["rigid", "articulated", "deformable", "unknown"]
+    # null: unlabeled (Presence and Identity only); "excluded": carried, never scored. The key itself
+    # is required, so a forgotten track is an error rather than a silently unlabeled object.
+    track: Literal["static", "dynamic", "excluded"] | None
+    # Free-form: strings are compared with what a backend reads off a find; other values are carried.
+    attributes: dict[str, Any] = Field(default_factory=dict)
     claims: list[Claim] = Field(default_factory=list)
+    # Objects one cannot tell apart by appearance (the authors' `ambiguity_group`), carried for reports.
+    ambiguity_group: str | None = None
+    # Fields of an imported inventory with no counterpart here (the authors' embedding, size signature,
+    # centre, motion expectation), kept verbatim and never read by perception: backends embed I0 themselves.
+    source: dict[str, Any] | None = None
+
+    @property
+    def archive_track(self) -> str:
+        """The label its rows carry in the measurement archive's `track` column."""
+        return self.track if self.track is not None else UNLABELED
+
+    @property
+    def followed_as(self) -> str:
+        """How perception follows it: an instance without a Structure track is static only when rigid."""
+        if self.track in TRACKS:
+            return self.track
+        return "static" if self.kinematics == "rigid" else "dynamic"
 
     @field_validator("id", "category")
     @classmethod
@@ -123,13 +152,18 @@ class CaseSpec(BaseModel):
     instruction: str = ""
     camera_task: CameraTask | dict[str, Any] | None = None
     instances: list[Instance]
+    # Where an imported case came from (the authors' layout: folder, scene id, scene metadata,
+    # conditions, clip length), kept verbatim for reports and for matching their runs.
+    source: dict[str, Any] | None = None
 
     def camera(self) -> CameraTask:
         if isinstance(self.camera_task, CameraTask):
             return self.camera_task
         if isinstance(self.camera_task, dict):
             return CameraTask.model_validate(self.camera_task)
-        return CameraTask()
+        # No camera task (the authors' cases carry only a clip length): a held camera for that long.
+        duration = (self.source or {}).get("duration_s")
+        return CameraTask(duration_s=float(duration)) if duration else CameraTask()
 
 
 @dataclass
@@ -226,12 +260,7 @@ def read_json(path: Path) -> Any:
         raise CaseError(path, path.name, f"invalid JSON: {exc}") from exc
 
 
-def load_case(case_dir: str | Path, with_geometry: bool = True) -> Case:
-    """Load and validate one case folder; raises CaseError naming file and field."""
-    from PIL import Image
-
-    root = Path(case_dir)
-    cj = root / "case.json"
+def _read_spec(cj: Path) -> CaseSpec:
     raw = read_json(cj)
     try:
         spec = CaseSpec.model_validate(raw)
@@ -245,7 +274,20 @@ def load_case(case_dir: str | Path, with_geometry: bool = True) -> Case:
         except ValidationError as exc:
             err = exc.errors()[0]
             raise CaseError(cj, "camera_task." + ".".join(str(x) for x in err["loc"]), err["msg"]) from exc
+    return spec
 
+
+def load_case(case_dir: str | Path, with_geometry: bool = True) -> Case:
+    """Load and validate one case folder; raises CaseError naming file and field."""
+    from PIL import Image
+
+    root = Path(case_dir)
+    cj = root / "case.json"
+    if not cj.exists():
+        official = _load_official(root, with_geometry)
+        if official is not None:
+            return official
+    spec = _read_spec(cj)
     img_path = _inside(root, spec.image, cj, "image")
     if not img_path.exists():
         raise CaseError(cj, "image", f"{spec.image} not found")
@@ -308,6 +350,20 @@ def load_case(case_dir: str | Path, with_geometry: bool = True) -> Case:
     return Case(spec=spec, root=root, image=image, masks=masks, geometry=geometry)
 
 
+def _load_official(root: Path, with_geometry: bool) -> Case | None:
+    """A case folder of the OPIS authors' layout, or None when the folder is not one."""
+    # Imported here: the authors' reader builds on this module.
+    from worldeval.opis.official.layout import is_official_case, read_official_case
+
+    if not is_official_case(root):
+        return None
+    oc = read_official_case(root)
+    geometry = None
+    if with_geometry and (root / "geometry.npz").exists():
+        geometry = _load_geometry(root / "geometry.npz", *oc.image.shape[:2])
+    return Case(spec=oc.spec, root=root, image=oc.image, masks=oc.masks, geometry=geometry)
+
+
 def _load_geometry(gpath: Path, H: int, W: int) -> Geometry:
     try:
         data = np.load(gpath, allow_pickle=False)
@@ -335,8 +391,20 @@ def _load_geometry(gpath: Path, H: int, W: int) -> Geometry:
     return Geometry(depth=depth, K=K, valid=valid, exact_plane=exact_plane)
 
 
+def is_case_dir(folder: Path) -> bool:
+    """A case of ours (case.json) or of the authors' layout (raw.jpg + reference_scene.json)."""
+    from worldeval.opis.official.layout import is_official_case
+
+    return (folder / "case.json").is_file() or is_official_case(folder)
+
+
 def iter_case_dirs(dataset: str | Path) -> list[Path]:
-    """Case folders of a dataset, in dataset.json order when present, else sorted sub-folders with case.json."""
+    """Case folders of a dataset: dataset.json order when present; else the folder itself when it is a
+    case; else every case below it, ours (`*/case.json`) and the authors' (`final/<subcategory>/<case>`,
+    at any depth: the download root, `final/`, one subcategory). A folder holding no case is an error,
+    as are two cases with the same id (the folder name: rollouts are `<case_id>.mp4`)."""
+    from worldeval.opis.official.layout import find_official_cases
+
     root = Path(dataset)
     if not root.is_dir():
         raise CaseError(root, "dataset", "not a directory")
@@ -352,7 +420,19 @@ def iter_case_dirs(dataset: str | Path) -> list[Path]:
                 raise CaseError(dj, "cases", f"invalid case id {cid!r}")
             out.append(root / cid)
         return out
-    return sorted(p.parent for p in root.glob("*/case.json"))
+    if is_case_dir(root):
+        return [root]
+    found = sorted(p.parent for p in root.glob("*/case.json"))
+    found += [p for p in find_official_cases(root) if not (p / "case.json").is_file()]
+    if not found:
+        raise CaseError(root, "dataset", "holds no case: no case.json below it, and no folder with raw.jpg and "
+                        "reference_scene.json (the OPIS authors' layout)")
+    by_id: dict[str, Path] = {}
+    for p in found:
+        if p.name in by_id:
+            raise CaseError(p, "case id", f"{p.name!r} is also the id of {by_id[p.name]} (case ids are folder names)")
+        by_id[p.name] = p
+    return found
 
 
 def write_case(

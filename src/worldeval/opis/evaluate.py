@@ -195,7 +195,8 @@ def evaluate_rollout(
     video = Path(video)
     with timer("decode"):
         info = probe_video(video)
-        indices = sample_frame_indices(info.num_frames, info.fps, config.stride, config.skip_seconds)
+        indices = sample_frame_indices(info.num_frames, info.fps, config.stride, config.skip_seconds,
+                                       config.max_frames, config.first_frame)
         if not indices:
             raise MediaError(video, f"too short to sample: {info.num_frames} frames at {info.fps:g} fps")
     with timer("embedding"):

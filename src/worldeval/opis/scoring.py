@@ -29,10 +29,14 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from worldeval.opis.archive import ArchiveKeys, archive_keys, label_codes, read_archive_with_keys, validate_archive
+from worldeval.opis.archive import EXCLUDED, ArchiveKeys, archive_keys, label_codes, read_archive_with_keys, validate_archive
+from worldeval.opis.official import v3
 from worldeval.stats import Hierarchy, percentile_interval, stratified_counts
 
 VARIANTS = ("strict", "no_gate", "no_coverage", "minimum", "uniform")
+# The OPIS authors' own aggregation (worldeval.opis.official.v3), reported beside the paper's variants.
+OFFICIAL = v3.VARIANT
+ALL_VARIANTS = VARIANTS + (OFFICIAL,)
 DENSITY_BINS = ("<=20", "21-40", ">40")
 TEMPORAL_BINS = ("1-4", "4-7", "7-10")
 COMPONENTS = ("P", "I", "S")
@@ -72,8 +76,8 @@ class ScoreConfig:
         if len(w) != 3 or min(w) < 0 or not math.isclose(sum(w), 1.0, abs_tol=1e-9):
             raise ValueError(f"weights (wP, wI, wS) must be three non-negative numbers summing to 1, got {self.weights}")
         object.__setattr__(self, "weights", w)
-        if self.variant not in VARIANTS:
-            raise ValueError(f"unknown variant {self.variant!r} (choose from {', '.join(VARIANTS)})")
+        if self.variant not in ALL_VARIANTS:
+            raise ValueError(f"unknown variant {self.variant!r} (choose from {', '.join(ALL_VARIANTS)})")
         if self.bootstrap < 0:
             raise ValueError(f"bootstrap must be >= 0, got {self.bootstrap}")
         if not (0.0 < self.ci_level < 1.0):
@@ -143,6 +147,7 @@ class FrameEvidence:
     n_static_str: np.ndarray
     n_dynamic: np.ndarray
     n_dynamic_str: np.ndarray
+    official: dict = field(default_factory=dict)  # per case: the authors' v3 P, I, S, OPIS (official/v3.py)
 
     @property
     def n_frames(self) -> int:
@@ -201,8 +206,9 @@ def frame_evidence(df: pd.DataFrame, config: ScoreConfig = ScoreConfig(), keys: 
     time_of_frame[fkey] = df["time_s"].to_numpy(dtype=float)
 
     extra = df["extra"].to_numpy(dtype=bool)
-    matched = df["matched"].to_numpy(dtype=bool)
-    ref = ~extra
+    # An excluded instance's rows are carried (finding it made it no extra) and never scored.
+    ref = ~extra & ~_label_eq(df["track"], EXCLUDED)
+    matched = df["matched"].to_numpy(dtype=bool) & ref
     expected = _label_eq(df["visibility"], "expected_visible") & ref
     unknown = _label_eq(df["visibility"], "unknown") & ref
     static = _label_eq(df["track"], "static") & ref
@@ -210,7 +216,7 @@ def frame_evidence(df: pd.DataFrame, config: ScoreConfig = ScoreConfig(), keys: 
     app = _floats(df["appearance"])
     strv = _floats(df["structure"])
     in_a = matched & ~np.isnan(app)
-    in_b = ~np.isnan(strv)
+    in_b = ~np.isnan(strv) & ref
 
     def count(mask: np.ndarray) -> np.ndarray:
         return np.bincount(fkey[mask], minlength=nf)
@@ -244,6 +250,7 @@ def frame_evidence(df: pd.DataFrame, config: ScoreConfig = ScoreConfig(), keys: 
         n_static_str=count(static & in_b),
         n_dynamic=count(dynamic),
         n_dynamic_str=count(dynamic & in_b),
+        official=v3.case_scores(df, keys, case_of_frame, len(cases), config.weights),
     )
 
 
@@ -425,10 +432,16 @@ def _bin_names(edges, kind: str) -> list[str]:
 
 
 def summarize(ev: FrameEvidence, config: ScoreConfig = ScoreConfig()) -> dict:
-    """The SPEC section 3 JSON object (0-100 scale, None for undefined)."""
+    """The SPEC section 3 JSON object (0-100 scale, None for undefined).
+
+    With the `official-v3` variant, P, I, S, OPIS, the interval and the case records are the authors'
+    aggregation (`worldeval.opis.official.v3`); coverage, density and temporal diagnostics stay under
+    the paper's strict rules (`diagnostics_rules`).
+    """
     lv = _levels(ev.cases)
     h = lv.hierarchy
-    rules = variant_rules(config.variant, config)
+    official = config.variant == OFFICIAL
+    rules = variant_rules("strict" if official else config.variant, config)
     comp = accumulate(ev, rules)
     main = _component_levels(lv, comp, ("P", "I", "S", "C_S"))
     opis = {level: combine(main[level]["P"], main[level]["I"], main[level]["S"], rules.weights)[0]
@@ -436,15 +449,56 @@ def summarize(ev: FrameEvidence, config: ScoreConfig = ScoreConfig()) -> dict:
     variants = {}
     for v in VARIANTS:
         r = variant_rules(v, config)
-        c = comp if v == config.variant else accumulate(ev, r)
+        c = comp if r == rules else accumulate(ev, r)
         top = _component_levels(lv, c, COMPONENTS)["top"]
         variants[v] = combine(top["P"], top["I"], top["S"], r.weights)[0]
-    ci = _model_bootstrap(lv, comp, rules, config) if config.bootstrap > 0 else None
+    off = _component_levels(lv, {**ev.official, "OPIS": ev.official["OPIS"] / 100.0}, ("P", "I", "S", "OPIS"))
+    variants[OFFICIAL] = off["top"]["OPIS"] * 100.0
+    if official:
+        nan = np.full(len(ev.official["P"]), np.nan)
+        main = {lvl: {**{c: off[lvl][c] for c in COMPONENTS}, "C_S": np.full_like(off[lvl]["P"], np.nan)} for lvl in off}
+        opis = {lvl: off[lvl]["OPIS"] * 100.0 for lvl in off}
+        ci = _official_bootstrap(lv, ev, config) if config.bootstrap > 0 else None
+        case_comp = {**ev.official, "C_S": nan}
+    else:
+        ci = _model_bootstrap(lv, comp, rules, config) if config.bootstrap > 0 else None
+        case_comp = comp
     cov = _component_levels(lv, comp, ("C_P", "C_I", "static", "dynamic", "unknown"))["top"]
     cov["no_s"] = np.bincount(lv.model_code, weights=(comp["n_FS"] == 0).astype(float), minlength=h.n_top)
     diags = {"density": _density_levels(ev, lv, comp, rules, config), "temporal": _temporal_levels(ev, lv, rules, config)}
     models = {model: _model_json(t, lv, main, opis, ci, cov, diags, variants) for t, model in enumerate(lv.labels["top"])}
-    return {"config": config.to_dict(), "variant": config.variant, "models": models, "cases": _case_records(ev, comp)}
+    out = {"config": config.to_dict(), "variant": config.variant, "models": models,
+           "cases": _official_case_records(ev) if official else _case_records(ev, case_comp)}
+    if official:
+        out["contract"] = v3.CONTRACT
+        out["diagnostics_rules"] = "strict"
+        for t, model in enumerate(lv.labels["top"]):
+            a, b = lv.case_slices[t]
+            models[model]["OPIS_case_mean"] = float(np.mean(ev.official["OPIS"][a:b]))
+    return out
+
+
+def _official_bootstrap(lv, ev: FrameEvidence, config: ScoreConfig) -> np.ndarray:
+    """(T, 2): the authors' flat case bootstrap of each model's case headlines."""
+    out = np.full((lv.hierarchy.n_top, 2), np.nan)
+    for t, (a, b) in enumerate(lv.case_slices):
+        ci = v3.flat_bootstrap(ev.official["OPIS"][a:b], ev.cases["case_id"].iloc[a:b], config.bootstrap, config.seed,
+                               config.ci_level)
+        if ci is not None:
+            out[t] = ci
+    return out
+
+
+def _official_case_records(ev: FrameEvidence) -> list[dict]:
+    """Case records of the authors' aggregation; the flag says when Structure had no candidate."""
+    off = ev.official
+    records = []
+    for k, row in enumerate(ev.cases[["model", "case_id", "domain", "subcategory"]].to_dict("records")):
+        s = off["S"][k]
+        records.append({**row, "P": float(off["P"][k]) * 100, "I": float(off["I"][k]) * 100,
+                        "S": None if np.isnan(s) else float(s) * 100, "C_S": None, "OPIS": float(off["OPIS"][k]),
+                        "flags": ["no_structure_candidates"] if np.isnan(s) else []})
+    return records
 
 
 _DIAG = ("P", "I", "S", "C_S", "fail_I")
@@ -505,7 +559,7 @@ def _model_json(t: int, lv, main: dict, opis: dict, ci, cov: dict, diags: dict, 
                      "no_s": int(cov["no_s"][t])},
         "density": {name: _diag_json(lvl, t) for name, lvl in diags["density"].items()},
         "temporal": {name: _diag_json(lvl, t) for name, lvl in diags["temporal"].items()},
-        "variants": {v: _json_num(variants[v][t]) for v in VARIANTS},
+        "variants": {v: _json_num(variants[v][t]) for v in ALL_VARIANTS},
     }  # fmt: skip
 
 

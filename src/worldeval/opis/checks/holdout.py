@@ -34,6 +34,8 @@ TUNING: dict[str, tuple[str, ...]] = {
     "davis_bmx_trees": (".",),
     "cotracker_apple": (".",),
     "multiview_pairs": ("lightglue_building", "lightglue_sacre_coeur"),
+    # a real multi-object video without masks: speed and dense-scene work look at it
+    "sam2_bedroom": (".",),
 }
 
 REPORTING: dict[str, tuple[str, ...]] = {

@@ -10,7 +10,7 @@ from typing import List, Optional
 import typer
 
 # The options' defaults are scoring's own, so the command cannot drift from the Python API.
-from worldeval.opis.scoring import TAU_I, TAU_S, VARIANTS
+from worldeval.opis.scoring import ALL_VARIANTS, OFFICIAL, TAU_I, TAU_S
 
 __all__ = ["register", "score_runs", "render_tables"]
 
@@ -24,6 +24,22 @@ def score_runs(paths, config=None) -> dict:
 
 def _fmt(x, digits: int = 2) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
+
+
+def _variant_table(result: dict, console) -> None:
+    from rich.table import Table
+
+    if result.get("contract"):
+        console.print(f"{OFFICIAL}: the OPIS authors' aggregation (contract {result['contract']}): headline "
+                      "100 P^wP I^wI S^wS per case, case -> subcategory -> domain means; the interval is their flat "
+                      "case bootstrap; the diagnostics below follow the paper's strict rules.")
+    t = Table(title="Aggregation variants (OPIS from the same measurements)")
+    t.add_column("Model")
+    for v in ALL_VARIANTS:
+        t.add_column(v, justify="right")
+    for name, m in result["models"].items():
+        t.add_row(name, *[_fmt(m["variants"].get(v)) for v in ALL_VARIANTS])
+    console.print(t)
 
 
 def render_tables(result: dict, console=None) -> None:
@@ -49,13 +65,7 @@ def render_tables(result: dict, console=None) -> None:
         t.add_row(name, _fmt(m["P"]), _fmt(m["I"]), _fmt(m["S"]), _fmt(m["C_S"]), opis, str(m["n_cases"]))
     console.print(t)
 
-    t = Table(title="Aggregation variants (OPIS from the same measurements)")
-    t.add_column("Model")
-    for v in VARIANTS:
-        t.add_column(v, justify="right")
-    for name, m in models.items():
-        t.add_row(name, *[_fmt(m["variants"][v]) for v in VARIANTS])
-    console.print(t)
+    _variant_table(result, console)
 
     domains = sorted({d for m in models.values() for d in m["domains"]})
     t = Table(title="OPIS by domain (subcategories averaged equally)")
@@ -108,8 +118,10 @@ def render_tables(result: dict, console=None) -> None:
 def score_command(
     run_dirs: List[Path] = typer.Argument(..., help="Run folders (measurements.parquet, measurements/<model>.parquet, parts/) or Parquet files."),
     as_json: bool = typer.Option(False, "--json", help="Print the JSON object of SPEC section 3."),
-    variant: str = typer.Option("strict", "--variant", help=f"Aggregation variant: {'|'.join(VARIANTS)}."),
-    bootstrap: int = typer.Option(2000, "--bootstrap", help="Bootstrap replicates for the OPIS CI (0 skips it)."),
+    variant: str = typer.Option("strict", "--variant", help=f"Aggregation variant: {'|'.join(ALL_VARIANTS)} "
+                                f"({OFFICIAL}: the OPIS authors' evaluator's aggregation)."),
+    bootstrap: Optional[int] = typer.Option(None, "--bootstrap", help="Bootstrap replicates for the OPIS CI (0 skips it; "
+                                            f"default 2000, and the authors' 10000 with {OFFICIAL})."),
     seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap."),
     tau_i: float = typer.Option(TAU_I, "--tau-i", help="Identity acceptance threshold tau_I."),
     tau_s: float = typer.Option(TAU_S, "--tau-s", help="Structure acceptance threshold tau_S."),
@@ -121,8 +133,11 @@ def score_command(
 ) -> None:
     """Score OPIS measurement archives: P, I, S, C_S, OPIS with bootstrap CI, variants and diagnostics."""
     from worldeval.opis.archive import ArchiveError
+    from worldeval.opis.official.v3 import BOOTSTRAP as OFFICIAL_BOOTSTRAP
     from worldeval.opis.scoring import ScoreConfig
 
+    if bootstrap is None:
+        bootstrap = OFFICIAL_BOOTSTRAP if variant == OFFICIAL else ScoreConfig.bootstrap
     try:
         config = ScoreConfig(tau_I=tau_i, tau_S=tau_s, weights=(w_p, w_i, w_s), variant=variant,
                              bootstrap=bootstrap, seed=seed, ci_level=ci_level)

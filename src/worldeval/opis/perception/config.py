@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict
 
 
@@ -17,6 +19,8 @@ class EvalConfig(BaseModel):
     claim_confidence: float = 0.7
     stride: int = 8
     skip_seconds: float = 1.0
+    max_frames: int | None = None  # keep only the first samples (the OPIS authors' evaluator: 64)
+    first_frame: Literal["round", "at_or_after"] = "round"  # media.FIRST_FRAME_RULES
     max_side: int | None = None  # decode frames at most this large (None: native size)
     min_likeness: float = 0.35  # colour-invariant evidence (structure or own keypoints) a pair needs to be eligible
     min_edge_energy: float = 0.6  # edge energy share of the reference below which structure likeness is scaled down

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from worldeval.opis.backends.base import EVIDENCE_COMPLETENESS, EVIDENCE_FEATURE_SCORE, EVIDENCE_FOUND_FOR, Backend, Observation
-from worldeval.opis.case import encode_rle
+from worldeval.opis.case import TRACKS, encode_rle
 from worldeval.opis.perception import projection as P
 from worldeval.opis.perception.association import Association, box_iou
 from worldeval.opis.perception.camera import CameraEstimate, camera_record, estimate_camera
@@ -221,10 +221,13 @@ def frame_records(st: FrameState) -> FrameResult:
     rows, objects, masks = [], [], {}
     for i in range(st.n):
         j = st.assoc.match[i]
+        # An unlabeled or excluded instance has no Structure track: its structure never enters a score.
+        structured = bank.archive_tracks[i] in TRACKS
         rows.append({
-            "instance_id": bank.ids[i], "track": bank.tracks[i], "visibility": st.visibility[i], "matched": j is not None,
-            "ambiguous": st.ambiguous[i], "extra": False, "appearance": st.appearance[i], "structure": st.structure[i],
-            "structure_source": st.structure_source[i],
+            "instance_id": bank.ids[i], "track": bank.archive_tracks[i], "visibility": st.visibility[i],
+            "matched": j is not None, "ambiguous": st.ambiguous[i], "extra": False, "appearance": st.appearance[i],
+            "structure": st.structure[i] if structured else None,
+            "structure_source": st.structure_source[i] if structured else None,
         })  # fmt: skip
         rle = None
         if j is not None:

@@ -17,7 +17,7 @@ class ReferenceBank:
     case: Case
     ids: list[str]
     categories: list[str]
-    tracks: list[str]
+    tracks: list[str]  # how perception follows each instance: static or dynamic
     kinematics: list[str]
     masks: list[np.ndarray]  # H x W bool, I0 coordinates
     boxes: list[tuple[float, float, float, float]]
@@ -25,6 +25,7 @@ class ReferenceBank:
     background: np.ndarray  # H x W bool: I0 pixels outside every (dilated) instance mask
     embeddings: np.ndarray | None = None  # N x D
     attributes: list[dict[str, str]] = field(default_factory=list)
+    archive_tracks: list[str] = field(default_factory=list)  # the archive's track label of each instance
     # per-case data computed once: a backend's own (classical search templates) and the pipeline's
     # (I0 keypoints inside each mask, I0 pose keypoints), keyed by who computed it
     cache: dict[str, Any] = field(default_factory=dict)
@@ -65,12 +66,13 @@ def build_reference(case: Case, embedder=None, dilate_px: int | None = None) -> 
         m = case.masks[inst.id]
         ids.append(inst.id)
         cats.append(inst.category)
-        tracks.append(inst.track)
+        tracks.append(inst.followed_as)
         kins.append(inst.kinematics)
         masks.append(m)
         boxes.append(tuple(float(v) for v in inst.bbox))
         qps.append(_query_points(m))
-        attrs.append(dict(inst.attributes))
+        # only words are compared with what a backend reads off a find; numbers and lists are carried
+        attrs.append({k: v for k, v in inst.attributes.items() if isinstance(v, str)})
         union |= m
     # Target objects may move or change; a margin keeps their borders (and shadows) out of camera fitting.
     r = dilate_px if dilate_px is not None else max(3, int(round(0.01 * max(H, W))))
@@ -86,6 +88,7 @@ def build_reference(case: Case, embedder=None, dilate_px: int | None = None) -> 
         query_points=qps,
         background=~dil.astype(bool),
         attributes=attrs,
+        archive_tracks=[inst.archive_track for inst in case.instances],
     )
     if embedder is not None and ids:
         bank.embeddings = np.asarray(embedder.embed(case.image, masks, boxes), dtype=np.float32)
