@@ -275,3 +275,28 @@ def test_empty_root_or_missing_dataset_exits_2(tmp_path, dataset):
     write_runs(tmp_path / "eval_result")
     res = import_run(tmp_path / "eval_result", tmp_path / "no_dataset", tmp_path / "run")
     assert res.exit_code == 2 and str(tmp_path / "no_dataset") in res.stderr
+
+
+def test_official_v3_rescore_of_the_imported_run_is_the_hand_computed_one(tmp_path, dataset):
+    """Case A under the authors' rules, by hand from case_a_windows():
+    Presence per frame: 16 all present -> 1; 24 R1 missing -> 0; 32 R1's ambiguous match and R3 present,
+    R4 undecided -> 1; 40 all present but two counted extras -> 0; 48 R2, R4 present -> 1: P = 3/5.
+    Identity per instance over present rows: R1 (.9, .85, .75), R2 (.7, .8, .65, .7), R3 (.5 x3),
+    R4 (.4, .6, .55, .3). Structure candidates R1 static (.8, .7) -> 2.5/4, R2 dynamic (.6, .9, .5) -> 3/5."""
+    P = 3 / 5
+    I = (2.5 / 3 + 2.85 / 4 + 0.5 + 1.85 / 4) / 4
+    S = (2.5 / 4 + 3 / 5) / 2
+    H = 100 * P**0.2 * I**0.4 * S**0.4
+    root, out = tmp_path / "eval_result", tmp_path / "run"
+    write_official_run(root, MODEL, A, case_a_windows(), timestamps=A_TIMES, video_metadata=A_VIDEO,
+                       metrics={"headline_score": H, "presence_score": P, "identity_score": I,
+                                "v3_structural_quality_score": S})
+    res = import_run(root, dataset, out)
+    assert res.exit_code == 0, res.output  # case B has no run here: nothing to import, no error
+    assert "largest |ours - their headline| = 0.000000 over 1 cases" in res.stdout
+    res = CliRunner().invoke(app, ["opis", "score", str(out), "--json", "--variant", "official-v3", "--bootstrap", "0"])
+    case = json.loads(res.stdout)["cases"][0]
+    assert (case["P"], case["I"], case["S"]) == (pytest.approx(100 * P), pytest.approx(100 * I), pytest.approx(100 * S))
+    assert case["OPIS"] == pytest.approx(H, abs=1e-6)
+    check = json.loads((out / "official_rescore.json").read_text())
+    assert check["max_abs_diff"] < 1e-6 and check["cases"][0]["theirs"] == pytest.approx(H)

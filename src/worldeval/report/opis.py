@@ -242,6 +242,18 @@ def _frame_strip(record: dict, video: Path | None, k: int, thumb_side: int, note
     return strip
 
 
+def _case_in(dataset: Path, case_id: str) -> Path | None:
+    """The case folder of `case_id` in a dataset of ours (`<case_id>/`) or the authors' (`final/<sub>/<case_id>/`)."""
+    from worldeval.opis.case import CaseError, is_case_dir, iter_case_dirs
+
+    if is_case_dir(dataset / case_id):
+        return dataset / case_id
+    try:
+        return next((d for d in iter_case_dirs(dataset) if d.name == case_id), None)
+    except CaseError:
+        return None
+
+
 def _locate(run: OpisRun, record: dict | None, model: str, case_id: str) -> tuple[Path | None, Path | None]:
     """Case folder and rollout video of one (model, case), from the frames record or the manifest."""
     bases = [run.root, run.root.parent, Path.cwd()]
@@ -253,8 +265,7 @@ def _locate(run: OpisRun, record: dict | None, model: str, case_id: str) -> tupl
         video = resolve_path(record.get("video"), bases)
     if case_dir is None:
         ds = resolve_path(man.get("dataset") or cfg.get("dataset"), bases)
-        if ds is not None and (ds / case_id / "case.json").exists():
-            case_dir = ds / case_id
+        case_dir = _case_in(ds, case_id) if ds is not None else None
     if video is None:
         ro = man.get("rollouts") or cfg.get("rollouts")
         if isinstance(ro, dict):

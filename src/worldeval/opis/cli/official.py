@@ -64,6 +64,14 @@ def import_run_command(
         typer.echo(f"warning: {w}", err=True)
     for f in manifest["failed"]:
         typer.echo(f"failed: {f['file']}: {f['field']}: {f['message']}", err=True)
+    if manifest["imported"]:
+        from worldeval.opis.official.runs import rescore
+
+        check = rescore(out)
+        if check["max_abs_diff"] is not None:
+            typer.echo(f"official-v3 re-scored from the archive: largest |ours - their headline| = "
+                       f"{check['max_abs_diff']:.6f} over {sum(c['theirs'] is not None for c in check['cases'])} cases "
+                       f"(per case: {out / 'official_rescore.json'})")
     models = len({e["model"] for e in manifest["imported"]})
     typer.echo(f"{len(manifest['imported'])} cases of {models} models imported into {out}, "
                f"{len(manifest['failed'])} failed, {len(manifest['warnings'])} warnings (see {out / 'manifest.json'})")

@@ -106,7 +106,7 @@ class OfficialCase:
 
 def _read_json_object(path: Path, what: str) -> dict:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
     except (OSError, UnicodeDecodeError) as exc:
         raise CaseError(path, what, f"cannot read: {exc}") from exc
     except json.JSONDecodeError as exc:
@@ -245,7 +245,10 @@ def _prompt(folder: Path, conditions: dict, conv: Conversion) -> str:
     p = folder / PROMPT_FILE
     if p.is_file():
         conv.kept.append(PROMPT_FILE)
-        return p.read_text(encoding="utf-8").strip()
+        try:
+            return p.read_text(encoding="utf-8-sig").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CaseError(p, PROMPT_FILE, f"cannot read as UTF-8 text: {exc}") from exc
     i2v = conditions.get("i2v")
     if isinstance(i2v, dict) and isinstance(i2v.get("motion_prompt"), str):
         conv.converted.append("instruction = conditions.i2v.motion_prompt")

@@ -494,3 +494,26 @@ def import_runs(root: str | Path, dataset: str | Path, out: str | Path) -> dict:
     atomic_write_json(out / "manifest.json", manifest)
     atomic_write_json(out / "official_summaries.json", summaries)
     return manifest
+
+
+def rescore(out: str | Path) -> dict:
+    """Their aggregation recomputed from the imported archive, case by case beside the headline their
+    evaluator wrote (`official_summaries.json`): the check that the import lost nothing their score reads.
+    Writes `official_rescore.json`; `max_abs_diff` is over the cases with a headline of theirs."""
+    from worldeval.opis.scoring import OFFICIAL, ScoreConfig, score_runs
+    from worldeval.runs import atomic_write_json
+
+    out = Path(out)
+    theirs = json.loads((out / "official_summaries.json").read_text(encoding="utf-8"))
+    result = score_runs(out, ScoreConfig(variant=OFFICIAL, bootstrap=0))
+    cases, diffs = [], []
+    for c in result["cases"]:
+        h = (theirs.get(c["model"], {}).get(c["case_id"]) or {}).get("headline_score")
+        d = None if h is None else c["OPIS"] - float(h)
+        diffs += [] if d is None else [abs(d)]
+        cases.append({"model": c["model"], "case_id": c["case_id"], "ours": c["OPIS"], "theirs": h, "diff": d,
+                      "P": c["P"], "I": c["I"], "S": c["S"]})
+    report = {"contract": result["contract"], "cases": cases, "max_abs_diff": max(diffs) if diffs else None,
+              "models": {m: v["OPIS"] for m, v in result["models"].items()}}
+    atomic_write_json(out / "official_rescore.json", report)
+    return report
