@@ -1,18 +1,31 @@
-"""Speed of the classical OPIS evaluator on the DAVIS bmx-trees clip (854x480, 80 frames at 24 fps).
+"""Speed of the classical OPIS evaluator by the number of objects in a case: 1, 8, 25 and 50 instances.
 
-Prints sampled frames per second and the share of time per stage (decode,
-observation, camera, association, embedding, structure, writing). The first
-rollout is a warm-up (model load, reference features); the measured runs
-evaluate the same rollout again as new items of a run folder, so writing the
-archive part, the per-frame record and the status record is included.
+Cases, built from the shared data (../shared/data) into a work folder:
 
-    .venv/bin/python benchmarks/opis_eval_speed.py [--repeats 3] [--data ../shared/data]
+* `n1`: DAVIS bmx-trees (854x480, 80 frames at 24 fps), the rider and the bike as one object
+  (DAVIS 2016's single object of the clip);
+* `n8`: sam2_bedroom (960x540, a real video, the camera moving): the two children, two pillows,
+  the shelf, a candle, a jar and the lamp, masks by GrabCut from boxes (`annotate.grabcut_mask`);
+* `n25`, `n50`: the same video, those eight plus the largest compact regions of a Felzenszwalb
+  segmentation of the first frame (wall stripes, bed cover, curtain, dresser parts, ...) up to 25 / 50;
+* `coco25` (with --coco): the six COCO photos of coco_multiobj in a 3 x 2 mosaic (960x540), their 25
+  largest instance masks, rendered as a pan-and-return by the `oracle` reference producer.
+
+Every repeat evaluates every case once, in turn (interleaved, so a change of the machine's load
+reaches all of them alike); each evaluation is a new item of a run folder (case loading, reference
+bank, propagation, measurement and the archive part all included). Printed per case: sampled
+frames per second (min and median over repeats), seconds per frame, the stage split; then the
+per-frame cost ratios n25/n1 and n50/n25, taken repeat by repeat (paired), min and median.
+
+    .venv/bin/python benchmarks/opis_eval_speed.py [--repeats 3] [--max-frames 6] [--work DIR] [--coco]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -20,8 +33,32 @@ from pathlib import Path
 
 import numpy as np
 
+SIZES = ("n1", "n8", "n25", "n50")
+# boxes (x, y, w, h) of the bedroom's own objects in its first frame, prompts for GrabCut
+BEDROOM_OBJECTS = (
+    ("girl", "person", "articulated", "dynamic", (310, 0, 210, 400)),
+    ("boy", "person", "articulated", "dynamic", (145, 135, 150, 275)),
+    ("pink_pillow", "pillow", "rigid", "static", (530, 288, 152, 128)),
+    ("white_pillow", "pillow", "rigid", "static", (432, 318, 110, 85)),
+    ("shelf", "shelf", "rigid", "static", (280, 105, 470, 35)),
+    ("candle", "candle", "rigid", "static", (676, 74, 28, 34)),
+    ("plant_jar", "jar", "rigid", "static", (584, 66, 36, 46)),
+    ("lamp", "lamp", "rigid", "static", (860, 298, 36, 52)),
+)
 
-def build(data: Path, tmp: Path) -> tuple[Path, Path]:
+
+def _instance(iid: str, category: str, kinematics: str = "rigid", track: str = "static") -> dict:
+    return {"id": iid, "category": category, "kinematics": kinematics, "track": track}
+
+
+def _spec(case_id: str, instances: list[dict], camera: dict | None = None) -> dict:
+    spec = {"id": case_id, "domain": "real_world", "subcategory": "indoor", "image": "input.png", "instances": instances}
+    if camera is not None:
+        spec["camera_task"] = camera
+    return spec
+
+
+def build_bmx(data: Path, work: Path) -> None:
     from PIL import Image
 
     from worldeval.media import read_image, write_video
@@ -30,67 +67,191 @@ def build(data: Path, tmp: Path) -> tuple[Path, Path]:
     davis = data / "davis_bmx_trees"
     frames = [read_image(p) for p in sorted((davis / "frames").glob("*.jpg"))]
     labels = np.asarray(Image.open(davis / "first_frame_instances_davis2017.png"))
-    spec = {"id": "davis_bmx_trees", "domain": "real_world", "subcategory": "outdoor", "image": "input.png",
-            "instances": [{"id": "rider", "category": "person", "kinematics": "articulated", "track": "dynamic"},
-                          {"id": "bike", "category": "bicycle", "kinematics": "articulated", "track": "dynamic"}]}
-    # label 2 is the person, label 1 the bicycle (checked visually; SOURCE.md has them swapped)
-    write_case(tmp / "ds" / "davis_bmx_trees", spec, frames[0], {"rider": labels == 2, "bike": labels == 1})
-    write_video(tmp / "ro" / "davis_bmx_trees.mp4", frames, 24)
-    return tmp / "ds", tmp / "ro"
+    write_case(work / "n1" / "ds" / "n1", _spec("n1", [_instance("rider", "person", "articulated", "dynamic")]),
+               frames[0], {"rider": labels > 0})
+    write_video(work / "n1" / "ro" / "n1.mp4", frames, 24)
+
+
+def bedroom_masks(image: np.ndarray, n: int) -> list[tuple[dict, np.ndarray]]:
+    """The bedroom's eight GrabCut objects, then the largest compact segments of the rest, n in all."""
+    import cv2
+    from skimage.segmentation import felzenszwalb
+
+    from worldeval.opis.cases.annotate import grabcut_mask
+
+    taken = np.zeros(image.shape[:2], bool)
+    out = []
+    for iid, cat, kin, track, box in BEDROOM_OBJECTS[:n]:
+        m = grabcut_mask(image, list(box), background=taken) & ~taken
+        out.append((_instance(iid, cat, kin, track), m))
+        taken |= m
+    if n <= len(out):
+        return out
+    H, W = image.shape[:2]
+    seg = felzenszwalb(image, scale=300, sigma=0.8, min_size=400)
+    regions = []
+    for label in range(int(seg.max()) + 1):
+        m = (seg == label) & ~taken
+        area = int(m.sum())
+        x, y, w, h = cv2.boundingRect(m.astype(np.uint8))
+        # an object-like region: not a speck, not a wall, filling a fair part of its box
+        if 0.001 * H * W <= area <= 0.06 * H * W and area >= 0.3 * w * h:
+            regions.append((area, label, m))
+    regions.sort(key=lambda r: (-r[0], r[1]))
+    for area, label, m in regions[: n - len(out)]:
+        out.append((_instance(f"region{label}", "region"), m))
+    if len(out) < n:
+        raise SystemExit(f"bedroom: only {len(out)} objects found, {n} asked for")
+    return out
+
+
+def build_bedroom(data: Path, work: Path, sizes: list[str], n_frames: int) -> None:
+    from worldeval.media import read_image, write_video
+    from worldeval.opis.case import write_case
+
+    paths = sorted((data / "sam2_bedroom" / "frames").glob("*.jpg"))[:n_frames]
+    frames = [read_image(p) for p in paths]
+    objects = bedroom_masks(frames[0], max(int(s[1:]) for s in sizes))
+    for size in sizes:
+        insts = objects[: int(size[1:])]
+        write_case(work / size / "ds" / size, _spec(size, [i for i, _ in insts]), frames[0], {i["id"]: m for i, m in insts})
+        write_video(work / size / "ro" / f"{size}.mp4", frames, 24)
+
+
+def build_coco_mosaic(data: Path, work: Path, n: int = 25) -> None:
+    """The six COCO photos tiled 3 x 2 at 320 x 270, their n largest instances, an oracle pan."""
+    import cv2
+    from PIL import Image
+
+    from worldeval.opis.case import load_case, write_case
+    from worldeval.opis.cases.coco import pan_camera_task, routing
+    from worldeval.opis.producers.base import ProduceContext
+    from worldeval.opis.producers.reference import reference_producer
+
+    src = data / "coco_multiobj"
+    index = json.loads((src / "instances.json").read_text())
+    tile_w, tile_h = 320, 270
+    mosaic = np.zeros((2 * tile_h, 3 * tile_w, 3), np.uint8)
+    found = []
+    for k, stem in enumerate(sorted(index)[:6]):
+        oy, ox = (k // 3) * tile_h, (k % 3) * tile_w
+        img = np.asarray(Image.open(src / "images" / f"{stem}.jpg").convert("RGB"))
+        pal = np.asarray(Image.open(src / "instance_masks" / f"{stem}.png"))
+        mosaic[oy : oy + tile_h, ox : ox + tile_w] = cv2.resize(img, (tile_w, tile_h), interpolation=cv2.INTER_AREA)
+        small = cv2.resize(pal, (tile_w, tile_h), interpolation=cv2.INTER_NEAREST)
+        for inst in index[stem]["instances"]:
+            m = np.zeros(mosaic.shape[:2], bool)
+            m[oy : oy + tile_h, ox : ox + tile_w] = small == int(inst["id"])
+            if m.sum() >= 50:
+                found.append((int(m.sum()), f"{stem}_{inst['id']}", inst["class"], m))
+    found.sort(key=lambda r: (-r[0], r[1]))
+    insts = [(_instance(iid, cat.replace("_", " "), *routing(cat)), m) for _, iid, cat, m in found[:n]]
+    cid = f"coco{n}"
+    write_case(work / cid / "ds" / cid, _spec(cid, [i for i, _ in insts], pan_camera_task(duration_s=3.0)), mosaic,
+               {i["id"]: m for i, m in insts})
+    case = load_case(work / cid / "ds" / cid)
+    ctx = ProduceContext(dataset=work / cid / "ds", case_dirs=[work / cid / "ds" / cid])
+    (work / cid / "ro").mkdir(parents=True, exist_ok=True)
+    reference_producer("oracle").produce(case, work / cid / "ro" / f"{cid}.mp4", ctx)
+
+
+def build(data: Path, work: Path, coco: bool) -> list[str]:
+    """The cases' folders under `work` (reused when already there); their names in measuring order."""
+    names = list(SIZES) + (["coco25"] if coco else [])
+    if not (work / "n1" / "ro" / "n1.mp4").exists():
+        build_bmx(data, work)
+    todo = [s for s in SIZES[1:] if not (work / s / "ro" / f"{s}.mp4").exists()]
+    if todo:
+        build_bedroom(data, work, todo, 80)
+    if coco and not (work / "coco25" / "ro" / "coco25.mp4").exists():
+        build_coco_mosaic(data, work)
+    return names
+
+
+def measure(work: Path, name: str, tag: str, cfg: dict) -> dict:
+    """One evaluation of case `name` as a new item of its run folder: frames, wall seconds, stage seconds."""
+    from worldeval.opis.run import run_eval
+
+    t0 = time.perf_counter()
+    summary = run_eval(work / name / "ds", work / name / "ro", tag, work / name / "run", workers=0, config=cfg)
+    wall = time.perf_counter() - t0
+    assert summary["done"], summary
+    st = json.loads((work / name / "run" / "status" / tag / f"{name}.json").read_text())
+    return {"frames": st["frames"], "wall": wall, "stages": st["timings"]}
+
+
+def summarise(names: list[str], runs: dict[str, list[dict]]) -> dict:
+    from worldeval.opis.evaluate import STAGES
+
+    out: dict = {"cases": {}, "ratios": {}}
+    for name in names:
+        per = [r["wall"] / r["frames"] for r in runs[name]]
+        totals = {k: sum(r["stages"].get(k, 0.0) for r in runs[name]) for k in STAGES}
+        staged = sum(totals.values()) or 1.0
+        out["cases"][name] = {
+            "sampled_frames": runs[name][0]["frames"],
+            "frames_per_s": {"min": 1 / max(per), "median": 1 / statistics.median(per)},
+            "seconds_per_frame": {"min": min(per), "median": statistics.median(per)},
+            # stage seconds are CPU-side (frames measured two at a time): shares, not wall time
+            "share": {k: totals[k] / staged for k in STAGES},
+        }
+    for a, b in (("n25", "n1"), ("n50", "n25"), ("n8", "n1"), ("coco25", "n1")):
+        if a in runs and b in runs:
+            rs = [x["wall"] / x["frames"] / (y["wall"] / y["frames"]) for x, y in zip(runs[a], runs[b])]
+            out["ratios"][f"{a}/{b}"] = {"min": min(rs), "median": statistics.median(rs)}
+    return out
+
+
+def report(out: dict) -> None:
+    from worldeval.opis.evaluate import STAGES
+
+    print(f"classical backend, {out['repeats']} interleaved repeats, at most {out['max_frames']} sampled frames a case; "
+          f"load average at start {out['load'][0]:.2f}, at end {out['load'][1]:.2f}")
+    head = "".join(f"{k[:6]:>7s}" for k in STAGES)
+    print(f"{'case':8s}{'frames':>7s}{'fr/s min':>9s}{'med':>7s}{'s/fr med':>9s}  share %:{head}")
+    for name, c in out["cases"].items():
+        share = "".join(f"{100 * c['share'][k]:7.1f}" for k in STAGES)
+        print(f"{name:8s}{c['sampled_frames']:7d}{c['frames_per_s']['min']:9.2f}{c['frames_per_s']['median']:7.2f}"
+              f"{c['seconds_per_frame']['median']:9.3f}          {share}")
+    for k, r in out["ratios"].items():
+        print(f"per-frame cost {k}: median {r['median']:.2f}x (min {r['min']:.2f}x)")
 
 
 def main(argv=None) -> int:
+    import os
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[1].parent / "shared" / "data")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--max-frames", type=int, default=6, help="sampled frames per case (EvalConfig.max_frames)")
+    ap.add_argument("--work", type=Path, default=None, help="build the cases here and keep them (default: a temporary folder)")
+    ap.add_argument("--cases", default=None, help="comma-separated subset of n1,n8,n25,n50,coco25")
+    ap.add_argument("--coco", action="store_true", help="also the 25-instance COCO mosaic (oracle pan)")
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--propagation-stride", type=int, default=None, help="EvalConfig.propagation_stride (default: the config's)")
-    ap.add_argument("--no-propagation", action="store_true", help="the evaluator without the propagation stage")
     args = ap.parse_args(argv)
-    if not (args.data / "davis_bmx_trees").exists():
-        print(f"data not found: {args.data / 'davis_bmx_trees'}", file=sys.stderr)
-        return 2
-    from worldeval.opis.evaluate import STAGES
-    from worldeval.opis.run import run_eval
-
-    with tempfile.TemporaryDirectory() as t:
-        tmp = Path(t)
-        ds, ro = build(args.data, tmp)
-        cfg = {"propagation": not args.no_propagation}
-        if args.propagation_stride:
-            cfg["propagation_stride"] = args.propagation_stride
-        run_eval(ds, ro, "warmup", tmp / "run", workers=0, config=cfg)  # model load, first-touch costs
-        totals = {k: 0.0 for k in STAGES}
-        n_frames, wall = 0, 0.0
+    for need in ("davis_bmx_trees", "sam2_bedroom") + (("coco_multiobj",) if args.coco else ()):
+        if not (args.data / need).exists():
+            print(f"data not found: {args.data / need}", file=sys.stderr)
+            return 2
+    tmp = None if args.work else tempfile.mkdtemp(prefix="opis_speed_")
+    work = args.work or Path(tmp)
+    try:
+        names = build(args.data, work, args.coco or "coco25" in (args.cases or ""))
+        names = [n for n in names if args.cases is None or n in args.cases.split(",")]
+        cfg = {"max_frames": args.max_frames}
+        load0 = os.getloadavg()[0]
+        for name in names:  # warm-up: model load, first-touch costs
+            measure(work, name, f"warmup{time.time_ns()}", cfg)
+        runs: dict[str, list[dict]] = {n: [] for n in names}
         for r in range(args.repeats):
-            t0 = time.perf_counter()
-            summary = run_eval(ds, ro, f"rep{r}", tmp / "run", workers=0, config=cfg)
-            wall += time.perf_counter() - t0
-            assert summary["done"], summary
-            st = json.loads((tmp / "run" / "status" / f"rep{r}" / "davis_bmx_trees.json").read_text())
-            n_frames += st["frames"]
-            for k, v in st["timings"].items():
-                totals[k] = totals.get(k, 0.0) + v
-    staged = sum(totals.values())
-    out = {
-        "sampled_frames": n_frames,
-        # Wall clock: frames of one rollout are measured two at a time, so summed
-        # stage seconds exceed the elapsed time; they only give the shares.
-        "frames_per_s": n_frames / wall,
-        "stage_seconds_per_frame": staged / n_frames,
-        "share": {k: totals[k] / staged for k in STAGES},
-        "seconds": {k: round(totals[k], 3) for k in STAGES},
-    }
-    if args.json:
-        print(json.dumps(out, indent=2))
-    else:
-        print(f"classical backend, DAVIS bmx-trees 854x480: {n_frames} sampled frames in {wall:.2f} s wall "
-              f"-> {out['frames_per_s']:.2f} frames/s (run-folder writes included; "
-              f"{out['stage_seconds_per_frame']:.3f} stage-seconds per frame)")
-        for k in STAGES:
-            print(f"  {k:12s} {100 * out['share'][k]:5.1f} %  ({totals[k]:.2f} s)")
-        light = out["share"]["decode"] + out["share"]["association"]
-        print(f"  decode + association: {100 * light:.1f} % (goal < 15 %)")
+            for name in names:
+                runs[name].append(measure(work, name, f"rep{r}_{time.time_ns()}", cfg))
+        out = {"repeats": args.repeats, "max_frames": args.max_frames, "load": (load0, os.getloadavg()[0]),
+               **summarise(names, runs)}
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print(json.dumps(out, indent=2)) if args.json else report(out)
     return 0
 
 

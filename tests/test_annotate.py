@@ -255,3 +255,119 @@ def test_hf_backend_picks_the_instance_matching_the_box(coins, tmp_path, monkeyp
     assert np.array_equal(case.masks["obj_001"], refs[1])
     raw = json.loads((tmp_path / "h" / "case.json").read_text())
     assert raw["annotation"]["prompts"][0]["mask_source"] == "hf"
+
+
+# ---------------------------------------------------------------- labels, preview and boxes of `opis annotate`
+
+
+def _scene(tmp_path, size=(120, 160)) -> Path:
+    """A light image with a dark 'swan' block, a red 'mug' block and a small orange 'beak' block."""
+    from PIL import Image
+
+    img = np.full((*size, 3), 235, np.uint8)
+    img[20:70, 20:70] = (30, 30, 30)
+    img[22:30, 70:80] = (230, 90, 20)
+    img[80:110, 100:130] = (200, 30, 30)
+    Image.fromarray(img).save(tmp_path / "scene.png")
+    return tmp_path / "scene.png"
+
+
+def _cli(*args: str):
+    from typer.testing import CliRunner
+
+    from worldeval.cli import app
+
+    res = CliRunner().invoke(app, ["opis", "annotate", *args])
+    return res, " ".join(res.output.split())  # rich wraps long lines
+
+
+def test_labels_are_inferred_from_the_noun_phrase():
+    from worldeval.opis.cases.annotate import label_prompt, phrase_labels
+
+    for phrase in ("black swan", "swans", "person riding a bicycle", "man with a hat", "red beak", "head of the swan",
+                   "dog's tail", "left hand"):
+        assert phrase_labels(phrase)[1] == "dynamic", phrase
+    assert phrase_labels("black swan")[:2] == ("articulated", "dynamic")
+    assert phrase_labels("red beak")[0] is None  # a part: moves with its owner, its kinematics left alone
+    for phrase in ("red mug", "table leg", "dog bowl", "bike with a rider", "coin"):
+        assert phrase_labels(phrase) is None, phrase
+    swan = label_prompt(ObjectPrompt("black swan"))
+    assert (swan.kinematics, swan.resolved_track()) == ("articulated", "dynamic")
+    assert swan.labels_from == {"kinematics": 'inferred from "swan"', "track": 'inferred from "swan"'}
+    mug = label_prompt(ObjectPrompt("red mug"))
+    assert (mug.kinematics, mug.resolved_track(), mug.labels_from) == (
+        "rigid", "static", {"kinematics": "default", "track": "default"})
+    given = label_prompt(ObjectPrompt("black swan", kinematics="rigid", track="static",
+                                      labels_from={"kinematics": "given", "track": "given"}))
+    assert (given.kinematics, given.resolved_track()) == ("rigid", "static")
+    cloth = label_prompt(ObjectPrompt("towel", kinematics="deformable"))  # set by a caller: given
+    assert cloth.labels_from == {"kinematics": "given", "track": "default for deformable objects"}
+
+
+def test_cli_infers_tracks_and_explicit_options_win(tmp_path):
+    image = _scene(tmp_path)
+    objs = ["--object", "black swan:16,16,58,58", "--object", "red beak:68,20,14,12", "--object", "red mug:96,76,38,38"]
+    res, text = _cli(str(image), "--out", str(tmp_path / "a"), *objs, "--camera", "hold", "--no-embeddings")
+    assert res.exit_code == 0, res.output
+    case = load_case(tmp_path / "a", with_geometry=False)
+    assert [(i.category, i.kinematics, i.track) for i in case.instances] == [
+        ("black swan", "articulated", "dynamic"), ("red beak", "rigid", "dynamic"), ("red mug", "rigid", "static")]
+    assert ("obj_001 'black swan': kinematics articulated (inferred from \"swan\"), "
+            "track dynamic (inferred from \"swan\")") in text
+    assert "obj_003 'red mug': kinematics rigid (default), track static (default)" in text
+    raw = json.loads((tmp_path / "a" / "case.json").read_text())
+    assert raw["annotation"]["prompts"][1]["labels_from"]["track"].startswith('inferred from "beak"')
+    res, text = _cli(str(image), "--out", str(tmp_path / "b"), *objs, "--kinematics", "1=rigid", "--track", "1=static",
+                     "--track", "3=dynamic", "--no-embeddings", "--json")
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.output)
+    assert [(i["kinematics"], i["track"]) for i in summary["instances"]] == [
+        ("rigid", "static"), ("rigid", "dynamic"), ("rigid", "dynamic")]
+    assert summary["instances"][0]["labels_from"] == {"kinematics": "given", "track": "given"}
+    assert summary["instances"][2]["labels_from"] == {"kinematics": "default", "track": "given"}
+
+
+def test_preview_outlines_every_mask_and_leaves_the_rest_alone(tmp_path):
+    from scipy import ndimage
+
+    from worldeval.media import read_image
+    from worldeval.opis.cases.annotate import PREVIEW_COLOURS
+
+    res, text = _cli(str(_scene(tmp_path, (200, 320))), "--out", str(tmp_path / "c"), "--object", "black swan:16,16,58,58",
+                     "--object", "red mug:96,76,38,38", "--no-embeddings")
+    assert res.exit_code == 0, res.output
+    assert f"preview: {tmp_path / 'c' / 'preview.png'}" in text
+    preview, case = read_image(tmp_path / "c" / "preview.png"), load_case(tmp_path / "c", with_geometry=False)
+    assert preview.shape == case.image.shape
+    for k, inst in enumerate(case.instances):
+        mask = case.masks[inst.id]
+        outline = mask & ~ndimage.binary_erosion(mask)
+        ys, xs = np.nonzero(outline)
+        colours = {tuple(int(v) for v in preview[y, x]) for y, x in zip(ys, xs)}
+        assert colours == {PREVIEW_COLOURS[k]}, inst.id
+    assert np.array_equal(preview[-3:, :8], case.image[-3:, :8])  # far from both masks and their labels
+    assert np.array_equal(preview[55:60, 100:150], case.image[55:60, 100:150])
+
+
+def test_cli_refuses_boxes_outside_the_image_and_clips_partial_ones(tmp_path):
+    from PIL import Image
+
+    img = np.full((480, 854, 3), 235, np.uint8)
+    img[100:300, 700:854] = (30, 30, 200)
+    Image.fromarray(img).save(tmp_path / "wide.png")
+    args = [str(tmp_path / "wide.png"), "--out", str(tmp_path / "d"), "--no-embeddings", "--object", "swan:600,60,200,200"]
+    res, text = _cli(*args, "--object", "x:900,70,-46,100")
+    assert res.exit_code == 2
+    assert "--object: objects[1].box: 'x' [900, 70, -46, 100]: width and height must be positive" in text
+    res, text = _cli(*args, "--object", "x:900,70,46,100")
+    assert res.exit_code == 2
+    assert "--object: objects[1].box: 'x' [900, 70, 46, 100]" in text and "does not overlap the 854x480 image" in text
+    res, text = _cli(*args[:-2], "--point", "--object", "x:10,500")
+    assert res.exit_code == 2 and "--object: objects[0].point: 'x' [10, 500] lies outside the 854x480 image" in text
+    assert not (tmp_path / "d").exists()
+    res, text = _cli(*args, "--object", "blue block:690,90,200,220")
+    assert res.exit_code == 0, res.output
+    assert "objects[1].box: 'blue block' [690, 90, 200, 220] reaches outside the 854x480 image; " \
+           "clipped to [690, 90, 164, 220]" in text
+    raw = json.loads((tmp_path / "d" / "case.json").read_text())
+    assert raw["annotation"]["prompts"][1]["box"] == [690, 90, 164, 220]

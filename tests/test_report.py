@@ -247,9 +247,8 @@ def test_cli_writes_report_and_rejects_missing_folder(tmp_path):
 
 def test_folder_without_results(tmp_path):
     (tmp_path / "empty").mkdir()
-    html = render_report([tmp_path / "empty"])
-    assert "No OPIS or WorldCast results" in html
-    assert "holds neither an OPIS archive nor judgments.jsonl" in html
+    with pytest.raises(ReportError, match="holds no OPIS measurement archive"):
+        render_report([tmp_path / "empty"])
 
 
 def test_worldcast_only_run_with_a_failed_judgment(tmp_path):
@@ -435,3 +434,48 @@ def app_cli():
     from worldeval.cli import app
 
     return app
+
+
+def _disc(center: tuple[int, int], radius: int, shape=(96, 128)) -> np.ndarray:
+    yy, xx = np.mgrid[:shape[0], :shape[1]]
+    return (xx - center[0]) ** 2 + (yy - center[1]) ** 2 <= radius ** 2
+
+
+def test_mask_outline_follows_the_mask_not_its_box():
+    from worldeval.report.images import REFERENCE_COLOR, draw_boxes, draw_mask_outlines
+
+    img = np.full((96, 128, 3), 200, np.uint8)
+    disc = _disc((60, 48), 20)
+    out = draw_mask_outlines(img, [(disc, REFERENCE_COLOR, None)], thickness=1)
+    assert tuple(out[48, 40]) == REFERENCE_COLOR  # leftmost pixel of the disc
+    assert tuple(out[28, 40]) == (200, 200, 200)  # its box's corner: far outside the disc
+    assert tuple(draw_boxes(img, [([40, 28, 41, 41], REFERENCE_COLOR, None)], thickness=1)[28, 40]) != (200, 200, 200)
+    assert tuple(out[48, 60]) == (200, 200, 200)  # inside is left as it was
+    half = draw_mask_outlines(img[::2, ::2], [(disc, REFERENCE_COLOR, "a")], scale=0.5, thickness=1)
+    assert tuple(half[24, 20]) == REFERENCE_COLOR  # traced at full size, drawn at the thumbnail's
+
+
+def test_reference_view_outlines_masks(tmp_path):
+    from test_report_fixtures import case_image, make_model_runs
+    from worldeval.opis.case import write_case
+
+    (run,) = make_model_runs(tmp_path, ("steady",))
+    # obj_a becomes a disc inside its old block: its box corners are then far from the mask
+    disc = _disc((25, 32), 12)
+    spec = json.loads((tmp_path / "dataset" / "case_a" / "case.json").read_text())
+    spec = {k: spec[k] for k in ("id", "domain", "subcategory", "image", "instruction")} | {
+        "instances": [{k: i[k] for k in ("id", "category", "kinematics", "track")} for i in spec["instances"]]}
+    box_b = np.zeros_like(disc)
+    x, y, w, h = BOX_B
+    box_b[y:y + h, x:x + w] = True
+    write_case(tmp_path / "dataset" / "case_a", spec, case_image(), {"obj_a": disc, "obj_b": box_b})
+    html = render_report([run], bootstrap=0, max_cases=1)
+    (alt, ref), = _images(html, "ref")
+    blue = np.array((40, 120, 230))
+
+    def near(px):
+        return np.abs(px.astype(int) - blue).max()
+
+    assert near(ref[20, 13]) > 150, ref[20, 13]  # the top-left corner of the disc's box: no outline
+    assert near(ref[32, 13]) <= 70, ref[32, 13]  # leftmost point of the disc's outline
+    assert near(ref[y + h // 2, x]) <= 70  # a rectangular mask is outlined along its edge

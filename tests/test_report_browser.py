@@ -130,3 +130,28 @@ def test_case_anchors_and_screenshot(browser):
     browser.execute_script("document.getElementById('worldcast-cases').scrollIntoView()")
     assert browser.save_screenshot(str(ARTIFACTS / "report_worldcast.png"))
     assert (ARTIFACTS / "report_top.png").stat().st_size > 10_000
+
+
+def test_multi_run_report_shows_every_models_frames(tmp_path):
+    """One run folder per model (the demo's layout): every model's strips are on screen, not just the first's."""
+    _chromium()
+    from selenium.webdriver.common.by import By
+
+    from test_report_fixtures import make_model_runs
+    from worldeval.report import build_report
+
+    models = ("steady", "leaky", "still")
+    report = build_report(make_model_runs(tmp_path, models), tmp_path / "report.html", bootstrap=0)
+    with offline_page(report) as page:
+        for m in models:
+            for c in ("case_a", "case_b"):
+                block = page.find_element(By.ID, f"rollout-{m}-{c}")
+                frames = block.find_elements(By.CSS_SELECTOR, "img.frame")
+                assert len(frames) == 4, (m, c)
+                assert all(f.is_displayed() and page.execute_script(
+                    "return arguments[0].complete && arguments[0].naturalWidth > 0", f) for f in frames), (m, c)
+                assert "no frames record" not in block.text
+        assert "no frames record" not in page.find_element(By.TAG_NAME, "body").text
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.execute_script("arguments[0].scrollIntoView()", page.find_element(By.ID, "case-case_a"))
+        assert page.save_screenshot(str(ARTIFACTS / "report_multi_run_case.png"))

@@ -9,6 +9,7 @@ WorldCast: two cases judged in the format of worldeval.worldcast.judging.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -116,30 +117,54 @@ def _frames_record(model: str, case_id: str, video: str, case_dir: str) -> dict:
             "num_frames": N_FRAMES, "frames": frames}
 
 
+def _write_rollout(root: Path, run: Path, ds: Path, model: str, cid: str, with_frames: bool,
+                   relative_video: bool) -> None:
+    """One evaluated (model, case) in `run`: archive part, rollout video, frames and status records."""
+    rows = steady_rows(cid) if model != "leaky" else leaky_rows(cid)
+    rows = [{**r, "model": model} for r in rows]
+    write_case_part(run, model, cid, pd.DataFrame(rows, columns=list(COLUMNS)))
+    video = root / "rollouts" / model / f"{cid}.mp4"
+    img = case_image()
+    # a slowly brightening copy of I0, so decoded frames differ from each other
+    write_video(video, [np.clip(img.astype(int) + k, 0, 255).astype(np.uint8) for k in range(N_FRAMES)], FPS)
+    if with_frames:
+        vpath = os.path.relpath(video, run) if relative_video else str(video)
+        atomic_write_json(run / "frames" / model / f"{cid}.json", _frames_record(model, cid, vpath, str(ds / cid)))
+    atomic_write_json(run / "status" / model / f"{cid}.json",
+                      {"model": model, "case_id": cid, "status": "done", "error": None,
+                       "config_hash": "x", "timings": {}})
+
+
 def make_opis_run(root: Path, with_frames: bool = True) -> Path:
     """An `opis eval`-shaped run folder with models steady and leaky on case_a and case_b."""
     ds = make_dataset(root)
     run = root / "run_opis"
-    img = case_image()
     for model in ("steady", "leaky"):
         for cid in ("case_a", "case_b"):
-            rows = steady_rows(cid) if model == "steady" else leaky_rows(cid)
-            write_case_part(run, model, cid, pd.DataFrame(rows, columns=list(COLUMNS)))
-            video = root / "rollouts" / model / f"{cid}.mp4"
-            # a slowly brightening copy of I0, so decoded frames differ from each other
-            write_video(video, [np.clip(img.astype(int) + k, 0, 255).astype(np.uint8) for k in range(N_FRAMES)], FPS)
-            if with_frames:
-                # one record with a relative video path (resolved against the run folder), the rest absolute
-                vpath = f"../rollouts/{model}/{cid}.mp4" if (model, cid) == ("leaky", "case_a") else str(video)
-                atomic_write_json(run / "frames" / model / f"{cid}.json",
-                                  _frames_record(model, cid, vpath, str(ds / cid)))
-            atomic_write_json(run / "status" / model / f"{cid}.json",
-                              {"model": model, "case_id": cid, "status": "done", "error": None,
-                               "config_hash": "x", "timings": {}})
+            # one record with a relative video path (resolved against the run folder), the rest absolute
+            _write_rollout(root, run, ds, model, cid, with_frames, relative_video=(model, cid) == ("leaky", "case_a"))
     consolidate(run)
     atomic_write_json(run / "manifest.json", {"command": "worldeval opis eval", "config": {
         "dataset": str(ds), "api_key": "sk-should-not-appear"}})
     return run
+
+
+def make_model_runs(root: Path, models: tuple[str, ...] = ("steady", "leaky", "still")) -> list[Path]:
+    """One run folder per model, `runs/<model>/`, the way `worldeval demo` lays them out.
+
+    A model other than "leaky" measures like "steady". Every frames record names its video
+    relative to its own run folder, so a record read from the wrong folder finds no video.
+    """
+    ds = make_dataset(root)
+    out = []
+    for model in models:
+        run = root / "runs" / model
+        for cid in ("case_a", "case_b"):
+            _write_rollout(root, run, ds, model, cid, with_frames=True, relative_video=True)
+        consolidate(run)
+        atomic_write_json(run / "manifest.json", {"command": "worldeval opis eval", "config": {"dataset": str(ds)}})
+        out.append(run)
+    return out
 
 
 # ------------------------------------------------------------------ WorldCast

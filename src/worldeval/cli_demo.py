@@ -3,7 +3,7 @@
 1. build the demo dataset from scikit-image's bundled photos (hand-drawn boxes, GrabCut masks);
 2. produce rollouts for the built-in reference models;
 3. evaluate them with the classical backend (`opis eval`) and score them (`opis score`);
-4. print the leaderboard with bootstrap CIs and write the HTML report.
+4. print the leaderboard (each component beside its coverage) with bootstrap CIs and write the HTML report.
 
 Every step resumes: a second run reuses the dataset, the videos and the
 evaluated items already in `--out`.
@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
+
+# The bootstrap default is scoring's own, as for `opis score`: one number for every command.
+from worldeval.opis.scoring import ScoreConfig
 
 DEMO_MODELS = ("oracle", "static", "forgetful-drift", "forgetful-recolor", "forgetful-drop", "swapped")
 
@@ -55,7 +58,7 @@ def _dataset_current(dataset: Path) -> bool:
         return False
 
 
-def run_demo(out: Path, bootstrap: int = 1000, seed: int = 0, workers: int = 0, quiet: bool = False,
+def run_demo(out: Path, bootstrap: int = ScoreConfig.bootstrap, seed: int = 0, workers: int = 0, quiet: bool = False,
              models: tuple[str, ...] = DEMO_MODELS, console=None) -> dict[str, Any]:
     """Run the demo into `out`; returns the summary printed by `--json`."""
     from rich.console import Console
@@ -92,7 +95,7 @@ def run_demo(out: Path, bootstrap: int = 1000, seed: int = 0, workers: int = 0, 
     timings["evaluate"] = time.monotonic() - t0
 
     t0 = time.monotonic()
-    from worldeval.opis.scoring import ScoreConfig, score_runs
+    from worldeval.opis.scoring import score_runs
 
     run_dirs = [runs / name for name in models]
     result = score_runs(run_dirs, ScoreConfig(bootstrap=bootstrap, seed=seed))
@@ -203,9 +206,12 @@ def _write_report(run_dirs: list[Path], path: Path, bootstrap: int, seed: int) -
 
 
 def leaderboard(result: dict) -> list[dict]:
+    """One row per model, best OPIS first: each component with its coverage (C_P, C_I, C_S in %)."""
+    from worldeval.opis.cli.score import coverage
+
     rows = []
     for name, m in result["models"].items():
-        rows.append({"model": name, "P": m.get("P"), "I": m.get("I"), "S": m.get("S"), "C_S": m.get("C_S"),
+        rows.append({"model": name, "P": m.get("P"), "I": m.get("I"), "S": m.get("S"), **coverage(m),
                      "OPIS": m.get("OPIS"), "OPIS_ci": m.get("OPIS_ci")})
     rows.sort(key=lambda r: -1e9 if r["OPIS"] is None else -r["OPIS"])
     return rows
@@ -214,19 +220,22 @@ def leaderboard(result: dict) -> list[dict]:
 def print_leaderboard(summary: dict, console) -> None:
     from rich.table import Table
 
+    from worldeval.opis.cli.score import LEADERBOARD_NOTE
+
     def f(x: Any) -> str:
         return "-" if x is None else f"{x:.1f}"
 
     t = Table(title="worldeval demo: OPIS leaderboard (classical backend)")
     t.add_column("#", justify="right", no_wrap=True)
     t.add_column("Model", no_wrap=True)
-    for c in ("P", "I", "S", "C_S%", "OPIS", "95% CI"):
+    for c in ("P", "C_P%", "I", "C_I%", "S", "C_S%", "OPIS", "95% CI"):
         t.add_column(c, justify="right", no_wrap=True)
     for k, r in enumerate(summary["leaderboard"], 1):
         ci = r["OPIS_ci"]
-        t.add_row(str(k), r["model"], f(r["P"]), f(r["I"]), f(r["S"]), f(r["C_S"]), f(r["OPIS"]),
-                  f"{ci[0]:.1f}-{ci[1]:.1f}" if ci else "-")
+        t.add_row(str(k), r["model"], f(r["P"]), f(r.get("C_P")), f(r["I"]), f(r.get("C_I")), f(r["S"]), f(r["C_S"]),
+                  f(r["OPIS"]), f"{ci[0]:.1f}-{ci[1]:.1f}" if ci else "-")
     console.print(t)
+    console.print(LEADERBOARD_NOTE)
     mark = "[green]ok[/green]" if summary["ranking_ok"] else "[red]UNEXPECTED[/red]"
     console.print(f"ranking check: {mark} ({summary['ranking']})")
     console.print(f"outputs: {summary['out']} (dataset/, rollouts/, runs/, scores.json, demo_summary.json)")
@@ -241,7 +250,7 @@ def print_leaderboard(summary: dict, console) -> None:
 
 def _demo(
     out: Path = typer.Option(Path("worldeval-demo"), "--out", help="Folder for the dataset, rollouts, runs and report."),
-    bootstrap: int = typer.Option(1000, "--bootstrap", help="Bootstrap replicates for the CIs (0 = none)."),
+    bootstrap: int = typer.Option(ScoreConfig.bootstrap, "--bootstrap", help="Bootstrap replicates for the CIs (0 = none)."),
     seed: int = typer.Option(0, "--seed", help="Seed of rollouts and bootstrap."),
     workers: int = typer.Option(
         0, "--workers", help="Evaluation worker processes (0: in this process, sharing one loaded backend)."),
@@ -267,4 +276,6 @@ def _demo(
 
 def register(app: typer.Typer) -> None:
     """Add `demo` to the top-level command."""
-    app.command("demo")(_demo)
+    from worldeval.opis.cli.eval import FlagsCommand
+
+    app.command("demo", cls=FlagsCommand)(_demo)

@@ -23,9 +23,10 @@ def register(app: typer.Typer) -> None:
         quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing but errors."),
     ) -> None:
         """Write one self-contained HTML report (tables, plots, per-case views; opens offline)."""
-        from worldeval.report import ReportError, build_report
+        from worldeval.report import ReportError, build_report, unreadable_run_dirs
 
         try:
+            skipped = unreadable_run_dirs(run_dirs)
             path = build_report(
                 run_dirs, out, title=title, bootstrap=bootstrap, seed=seed, max_cases=max_cases,
                 frames_per_case=frames_per_case, thumb_side=thumb_side,
@@ -33,6 +34,9 @@ def register(app: typer.Typer) -> None:
         except ReportError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2)
+        # Printed even with --quiet: a folder silently missing from a report reads as a model that did nothing.
+        for folder, why in skipped.items():
+            typer.echo(f"warning: {folder}: {why}; left out of the report", err=True)
         if not quiet:
             size = path.stat().st_size / 1e6
             typer.echo(f"report written: {path} ({size:.1f} MB)")

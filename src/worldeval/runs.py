@@ -202,6 +202,27 @@ def base_manifest(command: str, config: dict, backends: dict | None = None) -> d
     }
 
 
+def accumulate_timings(previous: dict | None, wall_s: float, stages_s: dict, **last: Any) -> dict:
+    """A run folder's timings over every invocation that worked on it, this one (`wall_s`, `stages_s`) added.
+
+    `previous` is the manifest's `timings` an earlier invocation wrote (None for a new folder; one
+    without `invocations` is a single invocation's). A resume that finds everything done adds zero
+    seconds to the stages instead of replacing the earlier totals with zeros. `last` holds this
+    invocation alone, with any extra fields given (model, items evaluated).
+    """
+    prev = previous or {}
+    stages = {k: float(v) for k, v in (prev.get("stages_s") or {}).items()}
+    for k, v in stages_s.items():
+        stages[k] = stages.get(k, 0.0) + float(v)
+    before = int(prev.get("invocations", 1 if prev else 0))
+    return {
+        "wall_s": round(float(prev.get("wall_s") or 0.0) + wall_s, 3),
+        "stages_s": {k: round(v, 3) for k, v in stages.items()},
+        "invocations": before + 1,
+        "last": {"wall_s": round(wall_s, 3), "stages_s": {k: round(float(v), 3) for k, v in stages_s.items()}, **last},
+    }
+
+
 # --------------------------------------------------------------------------- resuming a run folder
 
 

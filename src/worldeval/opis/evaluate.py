@@ -24,9 +24,12 @@ from worldeval.opis.perception.config import EvalConfig
 from worldeval.opis.perception.frame import measure_frame
 from worldeval.opis.perception.reference import ReferenceBank, build_reference
 
-__all__ = ["EvalConfig", "RolloutResult", "STAGES", "evaluate_rollout", "load_backend", "reference_for"]
+__all__ = ["EvalConfig", "RolloutResult", "STAGES", "evaluate_rollout", "load_backend", "reference_for", "rollout_warnings"]
 
 STAGES = ("decode", "propagation", "observation", "camera", "association", "embedding", "structure", "writing")
+# A rollout whose width/height ratio is within this of I0's counts as the same shape (a few pixels
+# of rounding by an encoder or a resize are not a crop or a stretch).
+ASPECT_TOLERANCE = 0.01
 
 @dataclass
 class RolloutResult:
@@ -34,6 +37,7 @@ class RolloutResult:
     frames: dict
     timings: dict[str, float]
     masks: dict = field(default_factory=dict)  # (frame, instance_id) -> matched observation mask, when asked for
+    warnings: list[dict] = field(default_factory=list)  # {"code", "message"}: see `rollout_warnings`
 
 
 class _Timer:
@@ -258,7 +262,52 @@ def evaluate_rollout(
         "n_reference": len(case.instances),
     }
     frames = _rollout_record(model, case, video, info, sampled.frames[0].shape, frame_records)
-    return RolloutResult(rows=_rows_frame(rows, common), frames=frames, timings=dict(timer.t), masks=masks)
+    return RolloutResult(rows=_rows_frame(rows, common), frames=frames, timings=dict(timer.t), masks=masks,
+                         warnings=rollout_warnings(case, info))
+
+
+def rollout_warnings(case: Case, info) -> list[dict]:
+    """What the rollout `info` (a `media.VideoInfo`) differs in from its case without failing it.
+
+    Each is {"code", "message"}; the rollout is measured all the same. The codes and what the
+    evaluator does in each case are documented in docs/data-formats.md ("What the run checks").
+    """
+    out = _size_warnings(case.shape, int(info.width or 0), int(info.height or 0))
+    cam = case.spec.camera()
+    expected = float(cam.duration_s) * float(info.fps)
+    if info.num_frames < expected - 1 - 1e-6:
+        out.append({"code": "short_clip", "message": (
+            f"the clip is {info.num_frames / info.fps:.2f} s ({info.num_frames} frames at {info.fps:g} fps), the case asks "
+            f"for {cam.duration_s:g} s ({expected:.0f} frames): the scores cover only the frames there, so what a "
+            "model forgets later (and the later temporal bins) is not measured")})
+    if case.spec.camera_task is None:
+        out.append({"code": "no_camera_task", "message": (
+            f"the case has no camera task: the camera is taken as held and the clip length as {cam.duration_s:g} s "
+            "(what short_clip checks); no measurement changes, since the evaluator fits every frame's camera from "
+            "the frame itself")})
+    return out
+
+
+def _size_warnings(shape0: tuple[int, int], width: int, height: int) -> list[dict]:
+    """aspect_mismatch or size_mismatch between I0 (`shape0` = H, W) and the video's frames."""
+    h0, w0 = shape0
+    # an encoder pads an odd side by one pixel (yuv420p needs even sizes): not a real difference
+    if not (width and height) or (abs(width - w0) <= 1 and abs(height - h0) <= 1):
+        return []
+    what = f"the video is {width}x{height}, I0 is {w0}x{h0}"
+    how = ("frames are not resized to I0: each is measured at its own size, and I0's objects are placed in it by the "
+           "camera fitted from I0 to the frame")
+    ratio = (width / height) / (w0 / h0)
+    if abs(ratio - 1) > ASPECT_TOLERANCE:
+        return [{"code": "aspect_mismatch", "message": (
+            f"{what} (aspect {width / height:.2f} against {w0 / h0:.2f}): {how}, which then has to absorb a crop or a "
+            "stretch (with depth, a pose whose intrinsics assume a stretch): objects cropped away are not expected, "
+            "stretched ones look less like I0's, and where no camera fits, static Structure goes unmeasured, so P, I "
+            "and S change with the frame's shape, not with memory. Render at I0's aspect ratio")}]
+    return [{"code": "size_mismatch", "message": (
+        f"{what} (same aspect ratio): {how}, which absorbs the scale. A smaller frame has fewer keypoints: the camera "
+        "fit and static Structure (min_correspondences on the object) fail more often, so C_S and S drop, and objects "
+        "below min_side_px count as too small to expect")}]
 
 
 def _rollout_record(model: str, case: Case, video: Path, info, shape, frame_records: list[dict]) -> dict:

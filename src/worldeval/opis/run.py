@@ -51,6 +51,7 @@ class ItemResult:
     error: dict | None = None  # {"file", "field", "message"}
     backend_versions: dict = field(default_factory=dict)
     checks: dict = field(default_factory=dict)  # which evidence checks the backend let run (see perception/frame.py)
+    warnings: list = field(default_factory=list)  # {"code", "message"}: measured anyway (evaluate.rollout_warnings)
 
     @property
     def ok(self) -> bool:
@@ -104,7 +105,7 @@ def _measure(item: EvalItem, res: ItemResult, case, video: Path) -> None:
         judge = _cached(("opis-judge", json.dumps(item.judge, sort_keys=True, default=str)), lambda: _judge_client(item.judge))
     res.checks = checks(backend, judge)
     out = evaluate_rollout(case, video, item.model, backend, config, judge=judge)
-    res.rows, res.frames, res.timings = out.rows, out.frames, out.timings
+    res.rows, res.frames, res.timings, res.warnings = out.rows, out.frames, out.timings, out.warnings
 
 
 def run_item(item: EvalItem) -> ItemResult:
@@ -167,6 +168,8 @@ class _Run:
     done: list = field(default_factory=list)
     versions: dict = field(default_factory=dict)
     checks: dict = field(default_factory=dict)
+    warnings: list = field(default_factory=list)  # {"model", "case_id", "code", "message"} per done case
+    prior: dict = field(default_factory=dict)  # the manifest earlier invocations left in the folder
 
     def on_result(self, item: EvalItem, result) -> None:
         from worldeval import runs
@@ -199,8 +202,9 @@ class _Run:
         runs.atomic_write_json(self.run_dir / "frames" / self.model / f"{cid}.json", result.frames)
         result.timings["writing"] = result.timings.get("writing", 0.0) + time.perf_counter() - t0
         runs.write_status(self.run_dir, self.model, cid, "done", config_hash=self.chash, timings=result.timings,
-                          frames=len(result.frames["frames"]))
+                          frames=len(result.frames["frames"]), warnings=result.warnings)
         self.done.append(cid)
+        self.warnings += [{"model": self.model, "case_id": cid, **w} for w in result.warnings]
         if result.backend_versions:
             self.versions[self.backend] = result.backend_versions
         if result.checks:
@@ -231,10 +235,70 @@ def _start(dataset: Path, rollouts: Path, run_dir: Path, model: str, backend, de
     manifest.update(config_hash=chash, dataset_fingerprint=fingerprint, dataset=str(dataset.resolve()),
                     rollouts=str(rollouts.resolve()), models=sorted(set(old.get("models", [])) | {model}),
                     backend=backend.manifest(), checks=old.get("checks", {}))  # fmt: skip
+    # what earlier invocations counted stays until this one adds to it: an interrupted resume loses nothing
+    manifest.update({k: old[k] for k in ("summary", "summaries", "timings", "warnings") if k in old})
     runs.atomic_write_json(run_dir / "manifest.json", manifest)
     run = _Run(run_dir, model, backend.given, chash, manifest, versions=dict(manifest.get("backends") or {}),
-               checks=dict(manifest["checks"]))
+               checks=dict(manifest["checks"]), prior=old)
     return run, fingerprint
+
+
+# Codes that describe the dataset rather than one rollout: many cases share them (the OPIS authors'
+# cases all have no camera task), so the manifest and the command say them once per run.
+SHARED_CODES = ("no_camera_task",)
+
+
+def group_warnings(warnings: list[dict]) -> list[dict]:
+    """Per-case warnings with every code of SHARED_CODES that several cases share folded into one entry.
+
+    The folded entry has `case_id` None and the case ids under `cases`.
+    """
+    out, shared = [], {}
+    for w in warnings:
+        if w["code"] in SHARED_CODES:
+            shared.setdefault((w.get("model"), w["code"]), []).append(w)
+        else:
+            out.append(w)
+    for (model, code), ws in shared.items():
+        if len(ws) == 1:
+            out.extend(ws)
+            continue
+        ids = [w["case_id"] for w in ws]
+        named = ", ".join(ids[:3]) + (", ..." if len(ids) > 3 else "")
+        first = ws[0]["message"]
+        message = (first.replace("the case has", f"{len(ids)} cases ({named}) have", 1) if first.startswith("the case has")
+                   else f"{len(ids)} cases ({named}): {first}")
+        out.append({"model": model, "case_id": None, "cases": ids, "code": code, "message": message})
+    return out
+
+
+def _kept_warnings(run: _Run, skipped: list[str]) -> list[dict]:
+    """The warnings of the cases an earlier invocation finished (from their status records)."""
+    from worldeval import runs
+
+    out = []
+    for cid in skipped:
+        rec = runs.read_status(run.run_dir, run.model, cid) or {}
+        out += [{"model": run.model, "case_id": cid, **w} for w in rec.get("warnings") or []]
+    return out
+
+
+def _finish(run: _Run, skipped: list[str], n_cases: int, wall_s: float) -> dict:
+    """The run's final manifest: totals over this and earlier invocations, written to the folder."""
+    from worldeval import runs
+
+    manifest, prior = run.manifest, run.prior
+    manifest["backends"], manifest["checks"] = run.versions, run.checks
+    manifest["timings"] = runs.accumulate_timings(prior.get("timings"), wall_s, run.totals, model=run.model,
+                                                  evaluated=len(run.done))
+    # done counts every case of this model finished in the folder, this invocation's and the kept ones
+    manifest["summary"] = {"cases": n_cases, "done": len(run.done) + len(skipped), "failed": len(run.errors),
+                           "skipped": len(skipped), "evaluated": len(run.done)}
+    manifest["summaries"] = {**(prior.get("summaries") or {}), run.model: manifest["summary"]}
+    mine = group_warnings(_kept_warnings(run, skipped) + run.warnings)
+    manifest["warnings"] = [w for w in prior.get("warnings") or [] if w.get("model") != run.model] + mine
+    runs.atomic_write_json(run.run_dir / "manifest.json", manifest)
+    return manifest
 
 
 def run_eval(
@@ -285,10 +349,7 @@ def run_eval(
         run_items(run_item, items, workers=workers, executor=executor, address=address, on_result=run.on_result,
                   progress=progress, resources=default_resources(spec.given, device))
     consolidate(run_dir)
-    manifest = run.manifest
-    manifest["backends"], manifest["checks"] = run.versions, run.checks
-    manifest["timings"] = {"wall_s": round(time.time() - t_start, 3), "stages_s": {k: round(v, 3) for k, v in run.totals.items()}}
-    manifest["summary"] = {"done": len(run.done), "failed": len(run.errors), "skipped": len(skipped), "cases": len(case_dirs)}
-    runs.atomic_write_json(run_dir / "manifest.json", manifest)
+    manifest = _finish(run, skipped, len(case_dirs), time.time() - t_start)
     return {"run_dir": str(run_dir), "model": model, "cases": len(case_dirs), "done": run.done, "skipped": skipped,
-            "failed": run.errors, "timings": manifest["timings"]}  # fmt: skip
+            "failed": run.errors, "timings": manifest["timings"],
+            "warnings": [w for w in manifest["warnings"] if w.get("model") == model]}  # fmt: skip

@@ -19,6 +19,7 @@ from worldeval.report.loaders import (
     is_worldcast_run,
     load_opis_run,
     load_worldcast_run,
+    missing_results,
 )
 from worldeval.report.opis import VARIANTS, build_opis
 from worldeval.report.worldcast import build_worldcast
@@ -26,7 +27,7 @@ from worldeval.runs import atomic_write_text, redact
 
 
 class ReportError(ValueError):
-    """The report cannot be built at all (e.g. a run folder that does not exist)."""
+    """The report cannot be built at all (a run folder that does not exist, or none that holds results)."""
 
 
 def _env() -> jinja2.Environment:
@@ -55,14 +56,14 @@ def render_report(
 ) -> str:
     """The report's HTML text. See `build_report` for the arguments."""
     roots = [Path(p) for p in run_dirs]
-    if not roots:
-        raise ReportError("no run folders given")
-    for r in roots:
-        if not r.is_dir():
-            raise ReportError(f"{r}: run folder does not exist")
-    opis_runs = [load_opis_run(r) for r in roots if is_opis_run(r)]
-    wc_runs = [load_worldcast_run(r) for r in roots if is_worldcast_run(r)]
-    unknown = [str(r) for r in roots if not is_opis_run(r) and not is_worldcast_run(r)]
+    skipped = unreadable_run_dirs(roots)
+    if len(skipped) == len(roots):
+        raise ReportError("nothing to report: " + "; ".join(f"{r}: {why}" for r, why in skipped.items()))
+    # An unreadable folder is left out rather than loaded: handed to scoring with the others, it
+    # would fail the score of every model.
+    readable = [r for r in roots if str(r) not in skipped]
+    opis_runs = [load_opis_run(r) for r in readable if is_opis_run(r)]
+    wc_runs = [load_worldcast_run(r) for r in readable if is_worldcast_run(r)]
 
     if opis_runs:
         opis = build_opis(opis_runs, score_fn=opis_score_fn, bootstrap=bootstrap, seed=seed, variants=variants,
@@ -74,7 +75,7 @@ def render_report(
                              bootstrap=bootstrap, seed=seed)
     else:
         wc = {"present": False, "runs": [], "notes": []}
-    opis["notes"] = list(opis["notes"]) + [f"{u}: holds neither an OPIS archive nor judgments.jsonl" for u in unknown]
+    opis["notes"] = list(opis["notes"]) + [f"{r}: {why}; left out of the report" for r, why in skipped.items()]
 
     stamp = (now or _dt.datetime.now(_dt.timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
     html = _env().get_template("report.html.j2").render(
@@ -82,6 +83,21 @@ def render_report(
         opis=redact(opis), wc=redact(wc),
     )
     return html
+
+
+def unreadable_run_dirs(run_dirs: list[str | Path]) -> dict[str, str]:
+    """Folder -> what it lacks, for each given folder with no readable OPIS archive or WorldCast judgments.
+
+    Raises ReportError when no folder is given or one does not exist: a mistyped path is an
+    error, not a folder to skip.
+    """
+    roots = [Path(p) for p in run_dirs]
+    if not roots:
+        raise ReportError("no run folders given")
+    for r in roots:
+        if not r.is_dir():
+            raise ReportError(f"{r}: run folder does not exist")
+    return {str(r): why for r in roots if (why := missing_results(r)) is not None}
 
 
 def build_report(run_dirs: list[str | Path], out_path: str | Path, **options) -> Path:

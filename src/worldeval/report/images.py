@@ -1,4 +1,4 @@
-"""Image helpers for the report: downscaling, outlines and inline data URIs.
+"""Image helpers for the report: downscaling, box and mask outlines, inline data URIs.
 
 Everything is embedded as a data URI so the report opens from disk with no
 network. Photos become JPEG (small); plots stay PNG (sharp lines).
@@ -55,12 +55,40 @@ def draw_boxes(img: np.ndarray, boxes: list[tuple[list[float], tuple[int, int, i
             continue
         cv2.rectangle(out, (x0, y0), (x1, y1), color, thickness, lineType=cv2.LINE_AA)
         if label:
-            fs = 0.35
-            (tw, th), _ = cv2.getTextSize(label, cv2.FONT_HERSHEY_SIMPLEX, fs, 1)
-            ty = y0 - 2 if y0 - th - 3 >= 0 else min(H - 1, y0 + th + 2)
-            cv2.rectangle(out, (x0, ty - th - 2), (min(W - 1, x0 + tw + 2), ty + 1), color, -1)
-            cv2.putText(out, label, (x0 + 1, ty - 1), cv2.FONT_HERSHEY_SIMPLEX, fs, (255, 255, 255), 1, cv2.LINE_AA)
+            _label(out, label, x0, y0, color)
     return out
+
+
+def draw_mask_outlines(img: np.ndarray, masks: list[tuple[np.ndarray, tuple[int, int, int], str | None]],
+                       scale: float = 1.0, thickness: int = 2) -> np.ndarray:
+    """Outline each H x W bool mask (in the original image's pixels) on a copy of `img`.
+
+    Contours are traced at the mask's own resolution and then scaled, so a thin
+    part of an object survives the downscaling of a thumbnail. Holes are outlined
+    too: they are part of what the annotation says the object is not.
+    """
+    out = np.ascontiguousarray(img.copy())
+    for mask, color, label in masks:
+        m = np.asarray(mask)
+        if m.ndim != 2 or not m.any():
+            continue
+        contours, _ = cv2.findContours(m.astype(np.uint8), cv2.RETR_LIST, cv2.CHAIN_APPROX_NONE)
+        scaled = [np.round(c.astype(np.float64) * scale).astype(np.int32) for c in contours]
+        cv2.drawContours(out, scaled, -1, color, thickness)
+        if label:
+            ys, xs = np.nonzero(m)
+            _label(out, label, int(round(xs.min() * scale)), int(round(ys.min() * scale)), color)
+    return out
+
+
+def _label(out: np.ndarray, label: str, x0: int, y0: int, color: tuple[int, int, int]) -> None:
+    """White text on a `color` tag just above (x0, y0), or just below it at the image's top edge."""
+    H, W = out.shape[:2]
+    fs = 0.35
+    (tw, th), _ = cv2.getTextSize(label, cv2.FONT_HERSHEY_SIMPLEX, fs, 1)
+    ty = y0 - 2 if y0 - th - 3 >= 0 else min(H - 1, y0 + th + 2)
+    cv2.rectangle(out, (x0, ty - th - 2), (min(W - 1, x0 + tw + 2), ty + 1), color, -1)
+    cv2.putText(out, label, (x0 + 1, ty - 1), cv2.FONT_HERSHEY_SIMPLEX, fs, (255, 255, 255), 1, cv2.LINE_AA)
 
 
 def jpeg_data_uri(img: np.ndarray, quality: int = 80) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow.parquet as pq
 
 from worldeval.runs import read_jsonl, redact
 
@@ -105,6 +106,38 @@ def is_opis_run(root: Path) -> bool:
 
 def is_worldcast_run(root: Path) -> bool:
     return (root / "judgments.jsonl").is_file()
+
+
+ARCHIVE_LAYOUT = "measurements.parquet, measurements/<model>.parquet or parts/<model>/<case_id>.parquet"
+
+
+def missing_results(root: Path) -> str | None:
+    """What keeps `root` out of a report, or None when it holds a readable OPIS archive or WorldCast judgments.
+
+    Only Parquet footers are read, so this is cheap; a folder with at least one readable archive
+    file counts as readable (the report notes the other files).
+    """
+    if not root.is_dir():
+        return "run folder does not exist" if not root.exists() else "not a folder"
+    files = _archive_files(root)
+    bad = []
+    for p in files:
+        try:
+            pq.read_metadata(p)
+            return None
+        except Exception as exc:  # pyarrow raises several types for broken files
+            bad.append(f"{p.name}: {exc}")
+    if is_worldcast_run(root):
+        if read_jsonl(root / "judgments.jsonl"):
+            return None
+        return "judgments.jsonl holds no readable judgment" + (f"; measurement archive unreadable ({bad[0]})"
+                                                                if bad else "")
+    if bad:
+        return f"measurement archive unreadable ({'; '.join(bad[:3])})"
+    what = f"holds no OPIS measurement archive ({ARCHIVE_LAYOUT}) and no WorldCast judgments.jsonl"
+    # A folder of failed rollouts only is a common way to get here; saying so saves a search.
+    failed = sum(1 for st in load_opis_run(root).status.values() if st.get("status") == "failed")
+    return what + (f"; status/ records {failed} failed rollout(s)" if failed else "")
 
 
 def read_archives(files: list[Path], notes: list[str]) -> pd.DataFrame:

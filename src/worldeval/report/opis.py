@@ -18,11 +18,12 @@ import numpy as np
 import pandas as pd
 
 from worldeval.opis.archive import archive_keys
-from worldeval.opis.scoring import TAU_I, TAU_S, ScoreConfig, frame_evidence, frame_scores, variant_rules
+from worldeval.opis.scoring import ALL_VARIANTS, TAU_I, TAU_S, ScoreConfig, frame_evidence, frame_scores, variant_rules
 from worldeval.report import images, plots
 from worldeval.report.loaders import num as _num, OpisRun, read_archives, read_frames_record, resolve_path
 
-VARIANTS = ("strict", "no_gate", "no_coverage", "minimum", "uniform")
+# The paper's Table 5 variants and the OPIS authors' official-v3, as scoring declares them (one home).
+VARIANTS = ALL_VARIANTS
 DENSITY_BINS = ("<=20", "21-40", ">40")
 INTERVALS = ("1-4", "4-7", "7-10")
 
@@ -49,26 +50,10 @@ def slug(*parts: str) -> str:
 
 
 def default_score_fn(paths: list[Path], variant: str, bootstrap: int, seed: int) -> dict:
-    """Call the scoring module, filling only the ScoreConfig fields it declares."""
-    from worldeval.opis import scoring
+    """Score the run folders with scoring's own config (its declared fields, nothing probed)."""
+    from worldeval.opis.scoring import score_runs
 
-    cfg_cls = scoring.ScoreConfig
-    if dataclasses.is_dataclass(cfg_cls):
-        fields = {f.name for f in dataclasses.fields(cfg_cls)}
-    else:
-        fields = set(getattr(cfg_cls, "model_fields", {}) or {})
-    wanted = {
-        ("variant",): variant,
-        ("bootstrap", "n_bootstrap", "bootstrap_replicates", "replicates"): bootstrap,
-        ("seed", "bootstrap_seed"): seed,
-    }
-    kwargs = {}
-    for names, value in wanted.items():
-        for n in names:
-            if n in fields:
-                kwargs[n] = value
-                break
-    return scoring.score_runs([str(p) for p in paths], cfg_cls(**kwargs))
+    return score_runs([str(p) for p in paths], ScoreConfig(variant=variant, bootstrap=bootstrap, seed=seed))
 
 
 # ---------------------------------------------------------------- per-frame series
@@ -195,9 +180,15 @@ def _reference_view(case_dir: Path | None, thumb_side: int, notes: list[str]) ->
         return None
     img, scale = images.downscale(case.image, thumb_side)
     insts = case.instances
-    boxes = [(inst.bbox, images.REFERENCE_COLOR, inst.id if len(insts) <= 12 else None) for inst in insts]
+    # Masks, not boxes: the mask is what perception matches against, and a box hides how much of
+    # it is background (thin, diagonal or hollow objects).
+    labels = {i.id: i.id if len(insts) <= 12 else None for i in insts}
+    outlines = [(case.masks[i.id], images.REFERENCE_COLOR, labels[i.id]) for i in insts if i.id in case.masks]
+    boxes = [(i.bbox, images.REFERENCE_COLOR, labels[i.id]) for i in insts if i.id not in case.masks]
+    # 2 px: JPEG's halved colour resolution washes a 1 px outline into the object's own colour.
+    drawn = images.draw_boxes(images.draw_mask_outlines(img, outlines, scale, thickness=2), boxes, scale)
     return {
-        "uri": images.jpeg_data_uri(images.draw_boxes(img, boxes, scale, thickness=1)),
+        "uri": images.jpeg_data_uri(drawn),
         "caption": f"I0 with {len(insts)} reference instances",
         "instruction": case.spec.instruction,
     }
@@ -277,27 +268,31 @@ def _locate(run: OpisRun, record: dict | None, model: str, case_id: str) -> tupl
     return case_dir, video
 
 
-def _read_runs_archive(runs: list[OpisRun], notes: list[str]) -> pd.DataFrame:
-    """Archive rows of every run, read the way scoring reads them (fresh parts replace stale consolidations)."""
+def _read_runs_archive(runs: list[OpisRun], notes: list[str]) -> list[pd.DataFrame]:
+    """Archive rows of each run (empty where it has none), read the way scoring reads them.
+
+    Kept per run so each (model, case) can be traced back to the folder that measured it.
+    """
     from worldeval.opis.archive import read_archive
 
-    frames = []
+    out = []
     for r in runs:
         if not r.archive_files:
             notes.append(f"{r.root}: no measurement archive")
+            out.append(read_archives([], notes))
             continue
         try:
-            frames.append(read_archive([r.root], validate=False))
+            df = read_archive([r.root], validate=False)
         except Exception as exc:  # fall back to the plain files so a damaged part hides only itself
             notes.append(f"{r.root}: archive not readable as a whole ({exc}); reading files one by one")
-            frames.append(read_archives(r.archive_files, notes))
-    if not frames:
-        return read_archives([], notes)
-    df = pd.concat(frames, ignore_index=True)
-    for col in ("model", "case_id", "domain", "subcategory", "visibility", "track", "structure_source", "instance_id"):
-        if col in df and isinstance(df[col].dtype, pd.CategoricalDtype):
-            df[col] = df[col].astype(object)
-    return df
+            df = read_archives(r.archive_files, notes)
+        for col in ("model", "case_id", "domain", "subcategory", "visibility", "track", "structure_source",
+                    "instance_id"):
+            # categoricals with different categories per run would not concatenate cleanly
+            if col in df and isinstance(df[col].dtype, pd.CategoricalDtype):
+                df[col] = df[col].astype(object)
+        out.append(df)
+    return out
 
 
 def build_opis(runs: list[OpisRun], *, score_fn: ScoreFn | None = None, bootstrap: int = 2000, seed: int = 0,
@@ -408,17 +403,22 @@ class _CaseViews:
     def collect(cls, runs: list[OpisRun], strict: dict, models: list[str], notes: list[str],
                 taus: tuple[float, float], frames_per_case: int, thumb_side: int) -> "_CaseViews":
         case_scores = {(c.get("model"), c.get("case_id")): c for c in strict.get("cases") or []}
-        archive = _read_runs_archive(runs, notes)
+        per_run = _read_runs_archive(runs, notes)
         pairs: dict[tuple[str, str], OpisRun] = {}
+        # The run that measured a (model, case) owns it: its frames record and rollout are the ones
+        # behind the scores. Frames and status records only claim pairs no archive holds (failed rollouts).
+        for r, df in zip(runs, per_run):
+            if not df.empty:
+                for m, c in df[["model", "case_id"]].drop_duplicates().itertuples(index=False):
+                    pairs.setdefault((str(m), str(c)), r)
         for r in runs:
             for key in list(r.frames) + list(r.status):
                 pairs.setdefault(key, r)
-            if not archive.empty:
-                for key in archive[["model", "case_id"]].drop_duplicates().itertuples(index=False):
-                    pairs.setdefault((str(key[0]), str(key[1])), r)
         for key in case_scores:
             if key not in pairs and runs:
-                pairs[key] = runs[0]
+                pairs[key] = next((r for (m, _), r in pairs.items() if m == key[0]), runs[0])
+        nonempty = [df for df in per_run if not df.empty]
+        archive = pd.concat(nonempty, ignore_index=True) if nonempty else pd.DataFrame()
         grouped = {k: g for k, g in archive.groupby(["model", "case_id"])} if not archive.empty else {}
         return cls(pairs, case_scores, grouped, {m: k for k, m in enumerate(models)}, taus, frames_per_case, thumb_side)
 

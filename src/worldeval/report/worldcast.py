@@ -18,6 +18,7 @@ from worldeval.report.loaders import num as _num, WorldCastRun, resolve_path
 from worldeval.report.opis import slug
 
 from worldeval.worldcast.metrics import CASE_METRICS as METRICS, METRICS as _SPECS
+from worldeval.worldcast.scoring import CATEGORY_SHORT
 
 METRIC_MAX = {k: _SPECS[k].top for k in METRICS}
 IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".webp")
@@ -259,6 +260,40 @@ def leaderboard_rows(scores: dict, scripted: dict) -> tuple[list[dict], list[dic
     return ranked, sorted((r for r in rows if r["rank"] is None), key=lambda r: r["model"])
 
 
+CHART_KEYS = ("final", "TC", "CP", "VC")
+CHART_LABELS = {"final": "Final"}
+CHART_NAME_MAX = 24  # characters of a model name under the chart; the table beside it has the full name
+
+
+def short_name(name: str, limit: int = CHART_NAME_MAX) -> str:
+    """A long model name with its middle elided: both the organisation and the variant stay readable."""
+    if len(name) <= limit:
+        return name
+    head = (limit - 1) // 2
+    return name[:head] + "…" + name[len(name) - (limit - 1 - head):]
+
+
+def score_figure(models: list[str], table: dict[str, dict], keys=CHART_KEYS):
+    """Grouped bars (0-100) per model, the legend to the right of the plot area so no bar is hidden
+    behind it; tight_layout keeps that legend inside the saved figure."""
+    import matplotlib.pyplot as plt  # the Agg backend is chosen by importing `plots`
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(min(12.0, max(4.5, 1.6 + 1.0 * len(models))), 3.0))
+    width = 0.8 / max(1, len(keys))
+    x = np.arange(len(models))
+    for k, key in enumerate(keys):
+        vals = [_num(table.get(m, {}).get(key)) for m in models]
+        ax.bar(x + (k - (len(keys) - 1) / 2) * width, [0.0 if v is None else v for v in vals], width,
+               label=CHART_LABELS.get(key, key))
+    ax.set_xticks(x, labels=[short_name(m) for m in models], rotation=20, ha="right")
+    ax.set_ylim(0, 100)
+    ax.set_title("WorldCast scores")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
 def build_worldcast(runs: list[WorldCastRun], *, score_fn: WcScoreFn | None = None, max_cases: int = 20,
                     thumb_side: int = 224, bootstrap: int = 2000, seed: int = 0) -> dict:
     errors: list[str] = []
@@ -277,8 +312,8 @@ def build_worldcast(runs: list[WorldCastRun], *, score_fn: WcScoreFn | None = No
     fig = None
     if rows:
         try:
-            fig = plots.worldcast_bars([r["model"] for r in rows], {r["model"]: r for r in rows},
-                                       ["final", "TC", "CP", "VC"])
+            fig = images.figure_data_uri(score_figure([r["model"] for r in rows], {r["model"]: r for r in rows}),
+                                         plots.DPI)
         except Exception as exc:
             errors.append(f"plotting failed: {exc}")
     board = {r["model"]: r for r in rows + unscored}
@@ -315,6 +350,7 @@ def build_worldcast(runs: list[WorldCastRun], *, score_fn: WcScoreFn | None = No
     b = scores.get("bootstrap") if isinstance(scores.get("bootstrap"), dict) else {}
     return {
         "present": bool(runs), "leaderboard": rows, "unscored": unscored, "categories": categories, "fig": fig,
+        "category_labels": {c: CATEGORY_SHORT.get(c, c) for c in categories},
         "sections": sections, "scripted": scripted, "bootstrap": b.get("replicates") or 0,
         "omitted_cases": len(case_ids) - len(shown), "errors": errors, "notes": notes,
         "runs": [{"root": str(r.root), "manifest": r.manifest} for r in runs],

@@ -49,48 +49,10 @@ def _judge_settings(temperature: Optional[str], judge_option: List[str]) -> dict
     return out
 
 
-def _step_table(res: dict):
-    """Designated-step accuracy per step index: percent (cases judged), one row per model."""
-    from rich.table import Table
-
-    steps = sorted({int(k) for s in res["models"].values() for k in (s.get("step_accuracy") or {})})
-    table = Table(title="Designated-step accuracy (%; cases in brackets)")
-    table.add_column("model")
-    table.add_column("scope")
-    for k in steps:
-        table.add_column(f"step {k}", justify="right")
-    for m, s in res["models"].items():
-        curve = s.get("step_accuracy") or {}
-        cells = []
-        for k in steps:
-            v = curve.get(str(k))
-            cells.append("-" if v is None or v["accuracy"] is None else f"{v['accuracy']:.1f} ({v['n']})")
-        table.add_row(m, ",".join(s.get("step_accuracy_scope") or []), *cells)
-    return table
-
-
 def _print_scores(res: dict, step_accuracy: bool) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from worldeval.worldcast.tables import print_scores
 
-    from worldeval.worldcast.scoring import ordered_models, table_rows
-
-    header, rows = table_rows(res)
-    b = res.get("bootstrap") or {}
-    ci = (f"95% CI: case bootstrap within categories, {b['replicates']} replicates, seed {b['seed']}"
-          if b.get("replicates") else "no CIs (--bootstrap 0)")
-    table = Table(title=f"WorldCast (0-100; categories, L3, L4 and Overall are Final scores; {ci})")
-    for h in header:
-        table.add_column(h, justify="left" if h == "model" else "right", no_wrap=True)
-    for r in rows:
-        table.add_row(*r)
-    console = Console(width=max(220, Console().width))
-    console.print(table)
-    _, unscored = ordered_models(res)
-    if unscored:
-        console.print(f"not ranked (no case with every judgment ok): {', '.join(unscored)}")
-    if step_accuracy:
-        console.print(_step_table(res))
+    print_scores(res, step_accuracy)
 
 
 def _check_judge_inputs(dataset: Path, outputs: Path, case_ids: list[str]) -> None:
@@ -207,8 +169,9 @@ def _demo_cmd(
         summary = run_demo(out, bootstrap=bootstrap, seed=seed, events_for=events_for)
     for model, j in summary["judged"].items():
         if j["failed"] and not quiet:
-            err.print(f"{model}: {j['failed']} item(s) failed as the demo intends: {'; '.join(j['reasons'])}",
-                      markup=False, highlight=False)
+            err.print(f"{model}: {j['failed']} item(s) failed as the demo intends:", markup=False, highlight=False)
+            for line in j["reasons"]:
+                err.print(f"  {line}", markup=False, highlight=False)
     _print_scores(score_runs([Path(summary["run"])], bootstrap=bootstrap, seed=seed), False)
     typer.echo(f"report: {summary['report']}  (scores: {summary['scores']}; {summary['seconds']:.1f} s)")
 
@@ -323,7 +286,7 @@ def _repeats_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """Mean ± std per category across repeated generation runs (one run folder per round)."""
-    from worldeval.worldcast.scoring import CATEGORY_ORDER, CATEGORY_SHORT, repeats
+    from worldeval.worldcast.scoring import repeats
 
     try:
         res = repeats(run_dirs, ddof)
@@ -332,26 +295,10 @@ def _repeats_cmd(
     if as_json:
         typer.echo(json.dumps(res, indent=2, sort_keys=True))
         return
-    from rich.console import Console
-    from rich.table import Table
+    from worldeval.worldcast.tables import output_console, print_grid, repeats_grid
 
-    cols = list(CATEGORY_ORDER) + ["L3", "L4", "overall"]
-    table = Table(title=f"WorldCast over repeated runs: mean ± std (ddof={ddof})")
-    table.add_column("model")
-    for c in cols:
-        table.add_column(CATEGORY_SHORT.get(c, c), justify="right")
-    for m, stats in res["models"].items():
-        cells = []
-        for c in cols:
-            st = stats.get(c)
-            if st is None:
-                cells.append("-")
-            elif st["std"] is None:
-                cells.append(f"{st['mean']:.1f}")
-            else:
-                cells.append(f"{st['mean']:.1f} ± {st['std']:.2f}")
-        table.add_row(m, *cells)
-    Console(width=200).print(table)
+    grid = repeats_grid(res, ddof)
+    print_grid(output_console(grid), grid)
 
 
 def _prompts_cmd(

@@ -68,7 +68,7 @@ def run_demo(out: Path, bootstrap: int = 2000, seed: int = 0, events_for=None, s
         finally:
             client.cache.close()
         judged[model] = {"ok": res.ok, "failed": res.failed, "kept": res.kept,
-                         "reasons": [f"{n}x {r}" for r, n in res.top_reasons(3)]}
+                         "reasons": res.reason_lines(None)}  # all: a few, and they must add up to `failed`
     scores = score_runs([run], bootstrap=bootstrap, seed=seed)
     atomic_write_json(out / "scores.json", scores)
     report = build_report([run], out / "report.html", title="worldeval WorldCast demo (scripted judge)",

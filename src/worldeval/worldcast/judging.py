@@ -59,23 +59,58 @@ class JudgeRunResult:
     adapter_failures: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
     aborted: str | None = None  # why the run stopped early (the judge endpoint was unusable)
-    reasons: Counter = field(default_factory=Counter)  # failure reason (paths and numbers blanked) -> items
+    reasons: Counter = field(default_factory=Counter)  # failure reason (paths blanked) -> items
+    # reason -> the errors behind it as recorded, so a summary can show a real path, not a placeholder
+    errors: dict[str, Counter] = field(default_factory=dict)
 
-    def top_reasons(self, k: int = 3) -> list[tuple[str, int]]:
+    def count(self, error: str | None) -> None:
+        """Count one failed item under its reason."""
+        reason = reason_of(error)
+        self.reasons[reason] += 1
+        self.errors.setdefault(reason, Counter())[error_text(error)] += 1
+
+    def top_reasons(self, k: int | None = 3) -> list[tuple[str, int]]:
         return self.reasons.most_common(k)
+
+    def reason_lines(self, k: int | None = 3) -> list[str]:
+        """`Nx <error>` for the k most common reasons (None: all), each with one real error of that reason."""
+        out = []
+        for reason, n in self.top_reasons(k):
+            texts = self.errors.get(reason) or Counter({reason: n})
+            example = texts.most_common(1)[0][0]
+            others = len(texts) - 1
+            out.append(f"{n}x {example}" + (f" (and {others} other path(s))" if others else ""))
+        return out
+
+    def reason_summary(self, k: int | None = 3) -> str:
+        """The reasons on one line; when some are left out it says how many items the list shows, so the
+        counts shown never silently fall short of the failures."""
+        text = "; ".join(self.reason_lines(k))
+        shown = sum(n for _, n in self.top_reasons(k))
+        total = sum(self.reasons.values())
+        if shown < total:
+            rest = len(self.reasons) - len(self.top_reasons(k))
+            text += f" (showing {shown} of {total}; {rest} more reason(s) in judgments.jsonl)"
+        return text
 
 
 class JudgeInputError(ValueError):
     """The dataset or outputs folder cannot be judged at all (checked before the first request)."""
 
 
-_PATHS = re.compile(r"(?:[A-Za-z]:)?(?:/[^\s:,()']+)+")
+# A path with its relative head too (`out/broken/case`), or a reason would keep `out` and differ per folder.
+_PATHS = re.compile(r"(?:[A-Za-z]:)?[^\s:,()'/]*(?:/[^\s:,()']+)+")
+
+
+def error_text(error: str | None) -> str:
+    """A failure as a user reads it: the error with its attempt prefix dropped, paths kept."""
+    return re.sub(r"^attempt \d+: ", "", str(error or "failed"))
 
 
 def reason_of(error: str | None) -> str:
-    """A failure's reason for counting: attempt prefixes dropped, file paths blanked, kept short."""
-    text = re.sub(r"^attempt \d+: ", "", str(error or "failed"))
-    return _PATHS.sub("<path>", text)[:160]
+    """A failure's reason for counting (a key, never shown): file paths blanked so that the same fault in
+    many folders counts once, kept short."""
+    return _PATHS.sub("<path>", error_text(error))[:160]
 
 
 def check_inputs(cases: list[WorldCastCase], outputs: str | Path) -> None:
@@ -173,7 +208,7 @@ class _JudgeRun:
                 self.result.ok += 1
             else:
                 self.result.failed += 1
-                self.result.reasons[reason_of(rec.get("error"))] += 1
+                self.result.count(rec.get("error"))
 
     def plan(self, cases: list[WorldCastCase], outputs, selector):
         """The open items, as a generator: each case's output is adapted only when its items are next, so
@@ -256,7 +291,7 @@ class _JudgeRun:
         self.record(rec)
         self.events.item(rec)
         line = f"{case.id} {m}{'' if s is None else s}: {rec['status']}"
-        self.say(f"{line} {rec.get('score')}" if rec["status"] == "ok" else f"{line}: {reason_of(rec.get('error'))}")
+        self.say(f"{line} {rec.get('score')}" if rec["status"] == "ok" else f"{line}: {error_text(rec.get('error'))}")
         tripped = self.breaker.observe(rec["status"] == "ok", failure_kind(rec.get("error"), rec.get("raw")))
         return CircuitOpen(tripped) if tripped else None
 

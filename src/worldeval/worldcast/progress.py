@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from worldeval.worldcast.judging import JudgeEvents, reason_of
+from worldeval.worldcast.judging import JudgeEvents, error_text
 
 
 class RichJudgeProgress(JudgeEvents):
@@ -47,7 +47,7 @@ class RichJudgeProgress(JudgeEvents):
         if rec.get("status") != "ok":
             self.failed += 1
             step = "" if rec.get("step") is None else str(rec["step"])
-            self.say(f"{rec.get('case_id')} {rec.get('metric')}{step}: failed: {reason_of(rec.get('error'))}")
+            self.say(f"{rec.get('case_id')} {rec.get('metric')}{step}: failed: {error_text(rec.get('error'))}")
 
 
 def endpoint_notice(config, transport_name: str) -> str:
@@ -64,7 +64,6 @@ def endpoint_notice(config, transport_name: str) -> str:
 
 
 def failure_summary(model: str, result) -> str:
-    """One line: counts and the three most common reasons."""
+    """One line: counts and the three most common reasons, each with a real error."""
     total = result.ok + result.failed
-    reasons = "; ".join(f"{n}x {r}" for r, n in result.top_reasons(3))
-    return f"{model}: {result.failed} of {total} item(s) failed; most common: {reasons}"
+    return f"{model}: {result.failed} of {total} item(s) failed; most common: {result.reason_summary(3)}"

@@ -7,7 +7,9 @@ Steps, each replaceable:
 3. duplicate removal: an instance whose mask overlaps an earlier one with
    IoU >= `dedup_iou` is dropped (the earlier prompt wins);
 4. kinematics and track labels (track defaults to static for rigid objects,
-   dynamic otherwise, as in the paper's routing);
+   dynamic otherwise, as in the paper's routing); `label_prompt` (what
+   `opis annotate` runs) infers them from the noun phrase when the user gave
+   none: people and animals are articulated and dynamic, their parts dynamic;
 5. reference embeddings with the evaluator's embedder, when it is importable;
 6. geometry: a depth file, a depth model, or the flat fallback;
 7. camera task and instruction.
@@ -31,6 +33,7 @@ from worldeval.errors import InputError
 import hashlib
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +50,10 @@ from worldeval.opis.case import (
     default_intrinsics,
     write_case,
 )
+from worldeval.opis.backends.hf_pose import ANIMAL_WORDS, PERSON_WORDS
+from worldeval.opis.cases.coco import ANIMALS as COCO_ANIMALS
+from worldeval.opis.cases.coco import PEOPLE as COCO_PEOPLE
+from worldeval.opis.cases.phrases import singular
 
 SEGMENTERS = ("grabcut", "hf")
 
@@ -65,9 +72,20 @@ class ObjectPrompt:
     track: str | None = None  # default: static for rigid objects, else dynamic
     attributes: dict[str, str] = field(default_factory=dict)
     claims: list[dict[str, str]] = field(default_factory=list)
+    # where `kinematics` and `track` came from ("given", 'inferred from "swan"', "default"); filled by
+    # the command line and `label_prompt`, recorded in case.json's annotation.prompts when set
+    labels_from: dict[str, str] = field(default_factory=dict)
 
     def resolved_track(self) -> str:
         return self.track or ("static" if self.kinematics == "rigid" else "dynamic")
+
+    def record(self) -> dict[str, Any]:
+        """The prompt as case.json's annotation records it (no empty `labels_from`, so cases written
+        without label inference stay byte for byte as before)."""
+        out = asdict(self)
+        if not out["labels_from"]:
+            del out["labels_from"]
+        return out
 
 
 @dataclass
@@ -91,11 +109,82 @@ class AnnotateSpec:
     exclusive: bool = True  # an overlapped pixel belongs to the smaller (usually nearer) instance
 
 
+# ---------------------------------------------------------------- labels from the noun phrase
+
+# Nouns naming something that moves by itself, a person or an animal: the pose backend's lists (the
+# people and animals that get a skeleton) and COCO's animal classes, with animals no pose model covers.
+LIVING_WORDS = frozenset(PERSON_WORDS | ANIMAL_WORDS | COCO_PEOPLE | COCO_ANIMALS | {
+    "bird", "swan", "duck", "goose", "chicken", "hen", "rooster", "parrot", "pigeon", "gull", "seagull", "owl",
+    "eagle", "hawk", "penguin", "flamingo", "heron", "crow", "fish", "goldfish", "shark", "dolphin", "whale",
+    "seal", "turtle", "tortoise", "frog", "snake", "lizard", "mouse", "rat", "hamster", "insect", "butterfly",
+    "bee", "toddler", "teenager", "pet",
+})  # fmt: skip
+# Head nouns naming a part of a person or an animal: a part moves with its owner.
+BODY_PART_WORDS = frozenset(
+    "head face hand arm leg foot paw tail wing beak neck ear eye nose mouth snout muzzle hair mane fin claw hoof "
+    "feather finger".split())
+# Words that may stand beside a part without naming an owner ("red beak", "left hand"); any other word
+# names one ("table leg"), and only a person or animal owner makes the part dynamic.
+PART_MODIFIERS = frozenset(
+    "a an the red orange yellow green blue purple pink brown black white grey gray dark light bright left right "
+    "front rear hind upper lower small big large long short little raised open its his her their".split())
+# The head noun is the last word before the first of these ("head of the swan", "man with a hat").
+CHUNK_ENDS = frozenset("of with on in at near behind under over holding riding wearing carrying and".split())
+
+
+def phrase_labels(phrase: str) -> tuple[str | None, str, str] | None:
+    """(kinematics or None, track, why) where the noun phrase makes them evident; None where it does not.
+
+    A person or an animal ("black swan", "dogs", "man with a hat") is articulated and dynamic; a part of
+    one ("red beak", "head of the swan", "dog's tail") is dynamic, its kinematics left alone; anything
+    else ("red mug", "table leg") says nothing, so the defaults hold.
+    """
+    typed = [w for w in re.findall(r"[a-z]+", phrase.lower()) if w != "s"]  # "s": a possessive's
+    words = [singular(w) for w in typed]
+    cut = next((i for i, w in enumerate(words) if i > 0 and w in CHUNK_ENDS), len(words))
+    if not words:
+        return None
+    head = words[cut - 1]
+    if head in LIVING_WORDS:
+        return "articulated", "dynamic", f'inferred from "{typed[cut - 1]}"'
+    if head in BODY_PART_WORDS:
+        owners = [w for w in words[:cut - 1] + words[cut:] if w not in PART_MODIFIERS and w not in CHUNK_ENDS]
+        if all(w in LIVING_WORDS for w in owners):
+            return None, "dynamic", f'inferred from "{typed[cut - 1]}", a part of a person or animal'
+    return None
+
+
+def label_prompt(p: ObjectPrompt) -> ObjectPrompt:
+    """Fill the labels the user did not give from the noun phrase, and say in `p.labels_from` where each came from.
+
+    A label is given when `labels_from` says so (the command line marks what its options and the spec
+    set) or when it differs from the field's default. Given labels always win; a track not given and not
+    evident from the phrase follows the kinematics (static for rigid objects, else dynamic).
+    """
+    src = p.labels_from
+    inferred = phrase_labels(p.phrase)
+    if "kinematics" not in src:
+        if p.kinematics != "rigid":
+            src["kinematics"] = "given"
+        elif inferred and inferred[0]:
+            p.kinematics, src["kinematics"] = inferred[0], inferred[2]
+        else:
+            src["kinematics"] = "default"
+    if "track" not in src:
+        if p.track is not None:
+            src["track"] = "given"
+        elif inferred:
+            p.track, src["track"] = inferred[1], inferred[2]
+        else:
+            src["track"] = "default" if p.kinematics == "rigid" else f"default for {p.kinematics} objects"
+    return p
+
+
 # ---------------------------------------------------------------- parsing
 
 
-def parse_object_option(text: str, point: bool = False, where: str = "--object") -> ObjectPrompt:
-    """`"noun phrase:x,y,w,h"` (box) or, with point=True, `"noun phrase:x,y"`."""
+def parse_object_option(text: str, point: bool = False, where: str = "--object", k: int = 0) -> ObjectPrompt:
+    """`"noun phrase:x,y,w,h"` (box) or, with point=True, `"noun phrase:x,y"`; `k`: its place among the objects."""
     if ":" not in text:
         raise AnnotateError(where, "object", f"{text!r}: expected 'noun phrase:x,y,w,h' (or 'phrase:x,y' with --point)")
     phrase, coords = text.rsplit(":", 1)
@@ -107,7 +196,11 @@ def parse_object_option(text: str, point: bool = False, where: str = "--object")
     if len(nums) != want:
         raise AnnotateError(where, "object", f"{text!r}: expected {want} numbers after ':'")
     return check_prompt(ObjectPrompt(phrase=phrase.strip(), point=nums if point else None,
-                                      box=None if point else nums), where, 0)
+                                      box=None if point else nums), where, k)
+
+
+def _fmt(values: list[float]) -> str:
+    return "[" + ", ".join(f"{v:g}" for v in values) + "]"
 
 
 def check_prompt(p: ObjectPrompt, file: str | Path, k: int) -> ObjectPrompt:
@@ -120,11 +213,40 @@ def check_prompt(p: ObjectPrompt, file: str | Path, k: int) -> ObjectPrompt:
     if p.track is not None and p.track not in TRACKS:
         raise AnnotateError(file, f"{where}.track", f"{p.track!r} is not one of {TRACKS}")
     if p.box is not None:
-        if len(p.box) != 4 or not all(math.isfinite(v) for v in p.box) or p.box[2] <= 1 or p.box[3] <= 1:
-            raise AnnotateError(file, f"{where}.box", f"{p.box}: must be [x, y, w, h] with w, h > 1")
+        if len(p.box) != 4 or not all(math.isfinite(v) for v in p.box):
+            raise AnnotateError(file, f"{where}.box", f"{p.phrase!r} {p.box}: must be 4 finite numbers x, y, w, h")
+        if p.box[2] <= 0 or p.box[3] <= 0:
+            raise AnnotateError(file, f"{where}.box", f"{p.phrase!r} {_fmt(p.box)}: width and height must be positive "
+                                "(a box is x, y, width, height: its top-left corner and its size)")
+        if p.box[2] <= 1 or p.box[3] <= 1:
+            raise AnnotateError(file, f"{where}.box", f"{p.phrase!r} {_fmt(p.box)}: width and height must be over 1 pixel")
     if p.point is not None and (len(p.point) != 2 or not all(math.isfinite(v) for v in p.point)):
-        raise AnnotateError(file, f"{where}.point", f"{p.point}: must be [x, y]")
+        raise AnnotateError(file, f"{where}.point", f"{p.phrase!r} {p.point}: must be 2 finite numbers x, y")
     return p
+
+
+def fit_prompt(p: ObjectPrompt, width: int, height: int, file: str | Path, k: int) -> str | None:
+    """Clip `p`'s box to a `width` x `height` image; the note saying so, or None when it lay inside.
+
+    A box or point that misses the image is an AnnotateError naming `file` and `objects[k]`: its mask
+    would be empty, or GrabCut's from a sliver at the border, and either is a wrong case.
+    """
+    where, size = f"objects[{k}]", f"the {width}x{height} image"
+    if p.point is not None and not (0 <= p.point[0] < width and 0 <= p.point[1] < height):
+        raise AnnotateError(file, f"{where}.point", f"{p.phrase!r} {_fmt(p.point)} lies outside {size}")
+    if p.box is None:
+        return None
+    x, y, w, h = p.box
+    x0, y0, x1, y1 = max(0.0, x), max(0.0, y), min(float(width), x + w), min(float(height), y + h)
+    if x1 - x0 <= 1 or y1 - y0 <= 1:
+        raise AnnotateError(file, f"{where}.box", f"{p.phrase!r} {_fmt(p.box)} (x, y, width, height) does not "
+                            f"overlap {size} (x in 0..{width}, y in 0..{height})")
+    clipped = [x0, y0, x1 - x0, y1 - y0]
+    if clipped == [float(v) for v in p.box]:
+        return None
+    note = f"{file}: {where}.box: {p.phrase!r} {_fmt(p.box)} reaches outside {size}; clipped to {_fmt(clipped)}"
+    p.box = clipped
+    return note
 
 
 def load_spec_file(path: str | Path) -> tuple[AnnotateSpec, Path | None]:
@@ -156,11 +278,12 @@ def load_spec_file(path: str | Path) -> tuple[AnnotateSpec, Path | None]:
     for k, o in enumerate(objs):
         if not isinstance(o, dict):
             raise AnnotateError(path, f"objects[{k}]", "must be an object")
-        bad = set(o) - set(ObjectPrompt.__dataclass_fields__)
+        bad = set(o) - (set(ObjectPrompt.__dataclass_fields__) - {"labels_from"})
         if bad:
             raise AnnotateError(path, f"objects[{k}].{sorted(bad)[0]}", "unknown field")
+        given = {label: "given" for label in ("kinematics", "track") if o.get(label) is not None}
         try:
-            prompts.append(check_prompt(ObjectPrompt(**o), path, k))
+            prompts.append(check_prompt(ObjectPrompt(**o, labels_from=given), path, k))
         except TypeError as exc:
             raise AnnotateError(path, f"objects[{k}]", str(exc)) from exc
     spec = AnnotateSpec(objects=prompts, **kwargs)
@@ -558,7 +681,7 @@ def annotate(image: np.ndarray, spec: AnnotateSpec, out_dir: str | Path, judge_c
         if judge_config is None:
             raise AnnotateError("--object", "objects", "no objects given and no VLM judge configured to propose them")
         step("proposing noun phrases (VLM)")
-        prompts = propose_phrases(image, judge_config)
+        prompts = [label_prompt(p) for p in propose_phrases(image, judge_config)]
         proposed_by = f"vlm:{judge_config.model}"
         scale_prompts = 1.0
     else:
@@ -680,7 +803,7 @@ def assemble_case(image: np.ndarray, spec: AnnotateSpec, candidates: list[Candid
             "failed_prompts": failures,
             "geometry": geo_source,
             "image_sha256": hashlib.sha256(image.tobytes()).hexdigest(),
-            "prompts": [asdict(candidates[i][0]) | {"mask_source": candidates[i][2]} for i in kept],
+            "prompts": [candidates[i][0].record() | {"mask_source": candidates[i][2]} for i in kept],
         },
     }
     out_dir = Path(out_dir)
@@ -714,3 +837,52 @@ def reference_embeddings(image: np.ndarray, masks: list[np.ndarray], device: str
         return np.asarray(embedder.embed(image, masks, boxes), dtype=np.float32), embedder.name
     except Exception:
         return None
+
+
+# ---------------------------------------------------------------- preview
+
+# Distinct, saturated colours (RGB) for instance outlines; repeated past ten instances.
+PREVIEW_COLOURS = [(230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 130, 48), (145, 30, 180),
+                   (70, 240, 240), (240, 50, 230), (210, 245, 60), (250, 190, 212)]
+
+
+def preview_image(image: np.ndarray, masks: list[np.ndarray], labels: list[str]) -> np.ndarray:
+    """`image` with each mask outlined in its own colour and labelled at its top-left; other pixels untouched."""
+    import cv2
+
+    out = np.ascontiguousarray(image[..., :3].copy())
+    H, W = out.shape[:2]
+    thick = max(2, round(min(H, W) / 240))
+    scale = max(0.4, min(H, W) / 800)
+    for k, (mask, label) in enumerate(zip(masks, labels)):
+        colour = PREVIEW_COLOURS[k % len(PREVIEW_COLOURS)]
+        contours, _ = cv2.findContours(mask.astype(np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_NONE)
+        cv2.drawContours(out, contours, -1, colour, thick)
+        ys, xs = np.nonzero(mask)
+        if not len(xs):
+            continue
+        (tw, th), base = cv2.getTextSize(label, cv2.FONT_HERSHEY_SIMPLEX, scale, 1)
+        # the label sits just above the mask's box, pushed inside the image at the edges
+        x = int(min(max(0, xs.min()), max(0, W - tw - 4)))
+        y = int(min(max(th + base + 4, ys.min() - 2), H - 1))
+        cv2.rectangle(out, (x, y - th - base - 4), (x + tw + 4, y), colour, -1)
+        dark = sum(colour) > 380  # black text on light colours, white on dark ones
+        cv2.putText(out, label, (x + 2, y - base - 2), cv2.FONT_HERSHEY_SIMPLEX, scale,
+                    (0, 0, 0) if dark else (255, 255, 255), 1, cv2.LINE_AA)
+    return out
+
+
+def write_preview(case_dir: str | Path, name: str = "preview.png") -> Path:
+    """`case_dir/preview.png`: I0 with every instance outlined and labelled "id category", to check the masks by eye."""
+    from PIL import Image
+
+    from worldeval.opis.case import load_case
+
+    case_dir = Path(case_dir)
+    case = load_case(case_dir, with_geometry=False)
+    ids = [i.id for i in case.instances]
+    picture = preview_image(case.image, [case.masks[i] for i in ids],
+                            [f"{i.id} {i.category}" for i in case.instances])
+    path = case_dir / name
+    Image.fromarray(picture).save(path)
+    return path

@@ -29,15 +29,17 @@ def _parse_per_object(values: list[str] | None, n: int, option: str) -> list[str
 
 def _annotate(
     image: Optional[Path] = typer.Argument(None, help="Input image I0 (jpg/png). Optional with --spec when the spec names it."),
-    out: Path = typer.Option(..., "--out", help="Case folder to write (case.json, input.png, geometry.npz)."),
+    out: Path = typer.Option(..., "--out", help="Case folder to write (case.json, input.png, geometry.npz, preview.png)."),
     spec: Optional[Path] = typer.Option(None, "--spec", help="JSON annotation spec (objects, camera, ids); see docs/demo.md."),
     objects: Optional[List[str]] = typer.Option(
         None, "--object", help="'noun phrase:x,y,w,h' (box) or with --point 'noun phrase:x,y'. Repeatable."),
     point: bool = typer.Option(False, "--point", help="--object coordinates are points, not boxes."),
     kinematics: Optional[List[str]] = typer.Option(
-        None, "--kinematics", help="rigid|articulated|deformable for all objects, or N=LABEL for the N-th."),
+        None, "--kinematics", help="rigid|articulated|deformable for all objects, or N=LABEL for the N-th (default: "
+                                   "articulated for a person or animal, else rigid)."),
     track: Optional[List[str]] = typer.Option(
-        None, "--track", help="static|dynamic for all objects, or N=LABEL (default: static if rigid, else dynamic)."),
+        None, "--track", help="static|dynamic for all objects, or N=LABEL (default: dynamic for a person or animal "
+                              "or a part of one, else static if rigid, else dynamic)."),
     backend: str = typer.Option("grabcut", "--backend", help="Mask source: grabcut (embedded) or hf (SAM 2/3)."),
     case_id: Optional[str] = typer.Option(None, "--id", help="Case id (default: the output folder's name)."),
     domain: Optional[str] = typer.Option(None, "--domain", help="Domain (default real_world)."),
@@ -73,36 +75,57 @@ def _annotate(
     """Build an OPIS case from IMAGE: masks from box/point prompts, labels, geometry, camera task."""
     opt = dict(locals())  # every option of the command, by name, for the helpers below
     from rich.console import Console
+    from rich.markup import escape
 
-    from worldeval.media import read_image
-    from worldeval.opis.cases.annotate import AnnotateError, annotate
-    from worldeval.opis.cli.eval import parse_options
+    from worldeval.opis.cases.annotate import AnnotateError
 
     err = Console(stderr=True)
     if claims and image is None and spec is None and not objects:
         _claims_only(out, base_url, judge_model, api_key, max_claims, quiet or as_json, err)
         return
     try:
-        aspec, image_path = _spec_from_options(opt)
-        judge = _judge_for(aspec, opt)
-        try:
-            img = read_image(image_path)
-        except ValueError as exc:
-            raise AnnotateError(image_path, "image", str(exc)) from exc
-        steps = (lambda s: None) if (quiet or as_json) else (lambda s: err.print(f"[dim]{s}...[/dim]"))
-        case_json = annotate(img, aspec, out, judge_config=judge, device=device, on_step=steps,
-                             backend_options=parse_options(backend_option or []))
+        case_json, notes = _build_case(opt, err)
         if claims:
             _claims_only(out, base_url, judge_model, api_key, max_claims, quiet or as_json, err)
     except AnnotateError as exc:
-        err.print(f"[red]{exc}[/red]")
+        err.print(f"[red]{escape(str(exc))}[/red]")  # escaped: a message quoting "[x, y, w, h]" is not markup
         raise typer.Exit(2)
-    _print_summary(case_json, as_json, quiet)
+    _print_summary(case_json, as_json, quiet, notes)
+
+
+def _build_case(opt: dict, err) -> tuple[Path, list[str]]:
+    """Write the case the options describe and its preview.png; (case.json path, notes on clipped boxes)."""
+    from rich.markup import escape
+
+    from worldeval.media import read_image
+    from worldeval.opis.cases.annotate import AnnotateError, annotate, fit_prompt, write_preview
+    from worldeval.opis.cli.eval import parse_options
+
+    aspec, image_path, origins = _spec_from_options(opt)
+    judge = _judge_for(aspec, opt)
+    try:
+        img = read_image(image_path)
+    except ValueError as exc:
+        raise AnnotateError(image_path, "image", str(exc)) from exc
+    notes = []
+    for k, (p, origin) in enumerate(zip(aspec.objects, origins)):
+        note = fit_prompt(p, img.shape[1], img.shape[0], origin, k)
+        if note:
+            notes.append(note)
+            if not opt["as_json"]:
+                err.print(f"[yellow]{escape(note)}[/yellow]")
+    steps = (lambda s: None) if (opt["quiet"] or opt["as_json"]) else (lambda s: err.print(f"[dim]{s}...[/dim]"))
+    case_json = annotate(img, aspec, opt["out"], judge_config=judge, device=opt["device"], on_step=steps,
+                         backend_options=parse_options(opt["backend_option"] or []))
+    write_preview(case_json.parent)
+    return case_json, notes
 
 
 def _spec_from_options(opt: dict):
-    """(AnnotateSpec, image path) from --spec and the command-line options, which override the spec."""
-    from worldeval.opis.cases.annotate import AnnotateError, AnnotateSpec, check_prompt, load_spec_file, parse_object_option
+    """(AnnotateSpec, image path, per object the file or option it came from) from --spec and the
+    command-line options, which override the spec. Labels not given are inferred from the noun phrase."""
+    from worldeval.opis.cases.annotate import AnnotateError, AnnotateSpec, check_prompt, label_prompt, load_spec_file
+    from worldeval.opis.cases.annotate import parse_object_option
 
     spec = opt["spec"]
     if spec is not None:
@@ -112,16 +135,17 @@ def _spec_from_options(opt: dict):
     image_path = opt["image"] or spec_image
     if image_path is None:
         raise AnnotateError("IMAGE", "image", "give an image argument or an 'image' field in --spec")
-    prompts = [parse_object_option(o, point=opt["point"]) for o in opt["objects"] or []]
-    if prompts:
-        aspec.objects = aspec.objects + prompts
+    origins = [str(spec)] * len(aspec.objects)  # who to name when an object's prompt is wrong
+    prompts = [parse_object_option(o, point=opt["point"], k=len(origins) + j) for j, o in enumerate(opt["objects"] or [])]
+    aspec.objects, origins = aspec.objects + prompts, origins + ["--object"] * len(prompts)
     n = len(aspec.objects)
     for attr, option in (("kinematics", "--kinematics"), ("track", "--track")):
         for k, label in enumerate(_parse_per_object(opt[attr], n, option)):
             if label is not None:
                 setattr(aspec.objects[k], attr, label)
+                aspec.objects[k].labels_from[attr] = "given"
     for k, p in enumerate(aspec.objects):
-        check_prompt(p, spec or "--object", k)
+        label_prompt(check_prompt(p, origins[k], k))
     aspec.segmenter = opt["backend"]
     aspec.case_id = opt["case_id"] or (aspec.case_id if spec is not None and aspec.case_id != "case_0001" else opt["out"].name)
     for attr, name in (("domain", "domain"), ("subcategory", "subcategory"), ("instruction", "instruction"),
@@ -143,7 +167,7 @@ def _spec_from_options(opt: dict):
             aspec.camera = camera
     aspec.seed = opt["seed"]
     aspec.embeddings = not opt["no_embeddings"]
-    return aspec, image_path
+    return aspec, image_path, origins
 
 
 def _judge_for(aspec, opt: dict):
@@ -165,27 +189,39 @@ def _judge_for(aspec, opt: dict):
     return judge
 
 
-def _print_summary(case_json: Path, as_json: bool, quiet: bool) -> None:
+def _print_summary(case_json: Path, as_json: bool, quiet: bool, notes: list[str]) -> None:
     from rich.console import Console
 
     data = json.loads(case_json.read_text(encoding="utf-8"))
+    prompts = data["annotation"]["prompts"]  # one per instance, in the same order
     summary = {
         "case": str(case_json.parent),
         "id": data["id"],
         "instances": [{"id": i["id"], "category": i["category"], "bbox": i["bbox"], "kinematics": i["kinematics"],
-                       "track": i["track"]} for i in data["instances"]],
+                       "track": i["track"], "labels_from": p.get("labels_from", {})}
+                      for i, p in zip(data["instances"], prompts)],
         "dropped_duplicates": data["annotation"]["dropped_duplicates"],
         "geometry": data["annotation"]["geometry"],
+        "preview": str(case_json.parent / "preview.png"),
+        "clipped": notes,
     }
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
     elif not quiet:
         Console().print(f"wrote {case_json} with {len(summary['instances'])} instances "
-                        f"({len(summary['dropped_duplicates'])} duplicates dropped; geometry: {summary['geometry']})")
+                        f"({len(summary['dropped_duplicates'])} duplicates dropped; geometry: {summary['geometry']})",
+                        markup=False)
+        for i in summary["instances"]:
+            src = i["labels_from"]
+            typer.echo(f"  {i['id']}  {i['category']!r}: kinematics {i['kinematics']} ({src.get('kinematics', 'given')}), "
+                       f"track {i['track']} ({src.get('track', 'given')})")
+        typer.echo(f"preview: {summary['preview']}")
 
 
 def _claims_only(out: Path, base_url, judge_model, api_key, max_claims: int, quiet: bool, err) -> None:
     """Add structural claims to the case in `out` (exit 2 with the reason when the case or the VLM is not there)."""
+    from rich.markup import escape
+
     from worldeval.judge import JudgeConfig
     from worldeval.opis import claims as claims_mod
     from worldeval.opis.case import CaseError
@@ -195,13 +231,13 @@ def _claims_only(out: Path, base_url, judge_model, api_key, max_claims: int, qui
     try:
         config = JudgeConfig.resolve(base_url=base_url, model=judge_model, api_key=api_key)
     except ValueError as exc:
-        err.print(f"[red]--claims needs a VLM: {exc}[/red]")
+        err.print(f"[red]--claims needs a VLM: {escape(str(exc))}[/red]")
         raise typer.Exit(2)
     try:
         summary = claims_mod.add_claims(out, claims_mod.judge_client(config), max_claims=max_claims,
                                         log=(lambda m: None) if quiet else (lambda m: err.print(m, markup=False)))
     except CaseError as exc:
-        err.print(f"[red]{exc}[/red]")
+        err.print(f"[red]{escape(str(exc))}[/red]")
         raise typer.Exit(2)
     if summary["failures"]:
         err.print(f"[yellow]claims failed for {len(summary['failures'])} object(s); run again to retry them[/yellow]")

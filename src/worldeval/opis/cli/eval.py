@@ -7,8 +7,24 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
+from typer.core import TyperCommand
 
 from worldeval.opis.perception.config import EvalConfig
+
+
+class FlagsCommand(TyperCommand):
+    """A command whose on/off options show no value in help.
+
+    typer prints `<bool>` beside every flag (`--quiet <bool>`, even `--help <bool>`), which reads
+    as if the flag took a value; `--quiet true` then fails with "unexpected extra argument".
+    """
+
+    def get_params(self, ctx):
+        params = super().get_params(ctx)
+        for p in params:
+            if getattr(p, "is_bool_flag", False) and p.metavar is None:
+                p.metavar = ""  # typer shows the metavar, when one is set, instead of the type
+        return params
 
 
 def parse_options(pairs: list[str]) -> dict:
@@ -32,8 +48,28 @@ def _config(**fields) -> EvalConfig:
         raise typer.BadParameter(f"{err['loc'][0]}: {err['msg']}") from exc
 
 
+# More cases than this with one warning code are printed as one line (all are in manifest.json).
+WARNINGS_SHOWN = 3
+
+
+def print_warnings(summary: dict) -> None:
+    """The run's warnings on stderr: one line per case, or one per code when many cases share it."""
+    by_code: dict[str, list[dict]] = {}
+    for w in summary.get("warnings") or []:
+        by_code.setdefault(w["code"], []).append(w)
+    for code, ws in by_code.items():
+        if len(ws) > WARNINGS_SHOWN:
+            ids = [c for w in ws for c in (w.get("cases") or [w["case_id"]])]
+            typer.echo(f"warning: {code} in {len(ids)} cases ({', '.join(ids[:WARNINGS_SHOWN])}, ...); "
+                       f"{ws[0]['case_id']}: {ws[0]['message']} (every case: {summary['run_dir']}/manifest.json)", err=True)
+            continue
+        for w in ws:
+            where = f"{w['case_id']}: " if w.get("case_id") is not None else ""  # a folded entry names its cases
+            typer.echo(f"warning: {code}: {where}{w['message']}", err=True)
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("eval")
+    @app.command("eval", cls=FlagsCommand)
     def eval_cmd(
         dataset: Path = typer.Option(..., "--dataset", help="OPIS dataset folder (case folders, optional dataset.json)."),
         rollouts: Path = typer.Option(..., "--rollouts", help="Folder of <case_id>.mp4 rollouts of one model."),
@@ -99,5 +135,6 @@ def register(app: typer.Typer) -> None:
             )
             for e in summary["failed"]:
                 typer.echo(f"  failed {e['case_id']}: {e.get('file')}: {e.get('field')}: {e.get('message')}", err=True)
+            print_warnings(summary)  # with --json they are in the printed object, as the failures are
         if summary["failed"]:
             raise typer.Exit(1)

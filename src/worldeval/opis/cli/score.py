@@ -12,7 +12,12 @@ import typer
 # The options' defaults are scoring's own, so the command cannot drift from the Python API.
 from worldeval.opis.scoring import ALL_VARIANTS, OFFICIAL, TAU_I, TAU_S
 
-__all__ = ["register", "score_runs", "render_tables"]
+__all__ = ["LEADERBOARD_NOTE", "coverage", "register", "score_runs", "render_tables"]
+
+# Printed under every leaderboard (here and `worldeval demo`): the two ways its top rows mislead.
+LEADERBOARD_NOTE = ("A model that repeats I0 can score at the top: nothing moves, so nothing is lost (OPIS measures "
+                    "memory, not motion). A component with low coverage (C_P, C_I, C_S: % of sampled frames it is "
+                    "defined on) rests on few frames.")
 
 
 def score_runs(paths, config=None) -> dict:
@@ -42,6 +47,34 @@ def _variant_table(result: dict, console) -> None:
     console.print(t)
 
 
+def coverage(m: dict) -> dict:
+    """A scored model's coverage of each component in percent: C_P, C_I, C_S (None: undefined)."""
+    cov = m.get("coverage") or {}
+    return {"C_P": cov.get("C_P"), "C_I": cov.get("C_I"), "C_S": m.get("C_S")}
+
+
+def _main_table(result: dict, console) -> None:
+    """Table 2: each component beside its coverage, OPIS with its interval, and the note on reading it."""
+    from rich.table import Table
+
+    cfg = result["config"]
+    w = cfg["weights"]
+    level = int(round(100 * cfg["ci_level"]))
+    t = Table(title=f"OPIS results (variant: {result['variant']}; weights P/I/S = {w['P']:g}/{w['I']:g}/{w['S']:g})")
+    t.add_column("Model")
+    for c in ("P", "C_P (%)", "I", "C_I (%)", "S", "C_S (%)"):
+        t.add_column(c, justify="right")
+    t.add_column(f"OPIS [{level}% CI]", justify="right")
+    t.add_column("cases", justify="right")
+    for name, m in result["models"].items():
+        ci, cov = m["OPIS_ci"], coverage(m)
+        opis = _fmt(m["OPIS"]) + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
+        t.add_row(name, _fmt(m["P"]), _fmt(cov["C_P"]), _fmt(m["I"]), _fmt(cov["C_I"]), _fmt(m["S"]), _fmt(cov["C_S"]),
+                  opis, str(m["n_cases"]))
+    console.print(t)
+    console.print(LEADERBOARD_NOTE)
+
+
 def render_tables(result: dict, console=None) -> None:
     """Print the paper-style tables (Table 2, 5, 6, 4, 10 and the temporal diagnostic)."""
     from rich.console import Console
@@ -49,22 +82,7 @@ def render_tables(result: dict, console=None) -> None:
 
     console = console or Console()
     models = result["models"]
-    cfg = result["config"]
-    w = cfg["weights"]
-    level = int(round(100 * cfg["ci_level"]))
-
-    t = Table(title=f"OPIS results (variant: {result['variant']}; weights P/I/S = {w['P']:g}/{w['I']:g}/{w['S']:g})")
-    t.add_column("Model")
-    for c in ("P", "I", "S", "C_S (%)"):
-        t.add_column(c, justify="right")
-    t.add_column(f"OPIS [{level}% CI]", justify="right")
-    t.add_column("cases", justify="right")
-    for name, m in models.items():
-        ci = m["OPIS_ci"]
-        opis = _fmt(m["OPIS"]) + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
-        t.add_row(name, _fmt(m["P"]), _fmt(m["I"]), _fmt(m["S"]), _fmt(m["C_S"]), opis, str(m["n_cases"]))
-    console.print(t)
-
+    _main_table(result, console)
     _variant_table(result, console)
 
     domains = sorted({d for m in models.values() for d in m["domains"]})
@@ -165,4 +183,6 @@ def score_command(
 
 def register(app: typer.Typer) -> None:
     """Add `score` to the `opis` command group."""
-    app.command("score")(score_command)
+    from worldeval.opis.cli.eval import FlagsCommand
+
+    app.command("score", cls=FlagsCommand)(score_command)

@@ -61,20 +61,17 @@ def _mean_by(key: np.ndarray, mask: np.ndarray, values: np.ndarray, n: int) -> t
 def presence(df: pd.DataFrame, fkey: np.ndarray, n_frames: int, frame_case: np.ndarray, n_cases: int) -> np.ndarray:
     """Case Presence under their strict frame rule (0 for a case without a scored frame)."""
     extra = df["extra"].to_numpy(dtype=bool)
-    ref = ~extra
-    matched = df["matched"].to_numpy(dtype=bool)
-    ambiguous = df["ambiguous"].to_numpy(dtype=bool)
-    present = ref & (matched | ambiguous)
-    missing = ref & _is(df["visibility"], ("expected_visible",)) & ~present
-    decided = present | missing | (ref & _is(df["visibility"], DECIDED_UNSEEN))
-
-    def count(mask):
-        return np.bincount(fkey[mask], minlength=n_frames)
-
-    n_ref, n_decided, n_defined = count(ref), count(decided), count(present | missing)
-    counted_extra = (n_ref > 0) & (n_decided == n_ref) & (count(extra) > 0)
+    present = ~extra & (df["matched"].to_numpy(dtype=bool) | df["ambiguous"].to_numpy(dtype=bool))
+    missing = ~extra & _is(df["visibility"], ("expected_visible",)) & ~present
+    unseen = ~extra & ~present & _is(df["visibility"], DECIDED_UNSEEN)
+    # One pass: each row's kind (0 undecided reference, 1 present, 2 missing, 3 occluded or out of
+    # view, 4 extra) counted per frame.
+    kind = present * 1 + missing * 2 + unseen * 3 + extra * 4
+    counts = np.bincount(fkey * 5 + kind, minlength=n_frames * 5).reshape(n_frames, 5)
+    n_ref, n_defined = counts[:, :4].sum(1), counts[:, 1] + counts[:, 2]
+    counted_extra = (n_ref > 0) & (counts[:, 0] == 0) & (counts[:, 4] > 0)
     scored = (n_defined > 0) | counted_extra
-    value = ((n_defined > 0) & (count(missing) == 0) & ~counted_extra).astype(float)
+    value = ((n_defined > 0) & (counts[:, 2] == 0) & ~counted_extra).astype(float)
     p, _ = _mean_by(frame_case, scored, value, n_cases)
     return np.nan_to_num(p, nan=0.0)
 
