@@ -148,3 +148,23 @@ def test_opis_eval_warns_and_a_resume_keeps_the_totals(tmp_path):
     assert second["timings"]["stages_s"] == first["timings"]["stages_s"]  # nothing evaluated: nothing added
     assert second["timings"]["wall_s"] >= first["timings"]["wall_s"]
     assert {(w["case_id"], w["code"]) for w in second["warnings"]} == got
+
+
+def test_static_instances_missing_in_most_frames_are_flagged():
+    from worldeval.opis.evaluate import static_failure_warnings
+
+    def row(frame, iid, track, vis, matched):
+        return {"frame": frame, "instance_id": iid, "track": track, "visibility": vis, "matched": matched}
+
+    frames = [{"frame": f, "camera": {"reliable": f != 40}} for f in (24, 32, 40)]
+    rows = [row(24, "swan", "static", "expected_visible", False), row(32, "swan", "static", "expected_visible", False),
+            row(40, "swan", "static", "expected_visible", True),
+            row(24, "mug", "static", "expected_visible", True), row(32, "mug", "static", "expected_visible", False),
+            row(40, "mug", "static", "occluded", False),
+            row(24, "dog", "dynamic", "expected_visible", False), row(32, "dog", "dynamic", "expected_visible", False)]
+    out = static_failure_warnings(rows, frames)
+    # swan: missing in 2 of 3 -> flagged; mug: 1 of 2 expected is not more than half; dog is dynamic
+    assert [w["code"] for w in out] == ["static_missing"]
+    assert "swan in 2 of 3" in out[0]["message"] and "mug" not in out[0]["message"]
+    assert "dog" not in out[0]["message"] and "reliable in 2 of those 2" in out[0]["message"]
+    assert static_failure_warnings([r for r in rows if r["instance_id"] == "dog"], frames) == []

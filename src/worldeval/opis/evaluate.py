@@ -263,7 +263,33 @@ def evaluate_rollout(
     }
     frames = _rollout_record(model, case, video, info, sampled.frames[0].shape, frame_records)
     return RolloutResult(rows=_rows_frame(rows, common), frames=frames, timings=dict(timer.t), masks=masks,
-                         warnings=rollout_warnings(case, info))
+                         warnings=rollout_warnings(case, info) + static_failure_warnings(rows, frame_records))
+
+
+# A static instance missing in more than this share of the frames that expect it is flagged (issue 31):
+# either the model forgot it, or it moves on its own and the camera model cannot place it.
+STATIC_MISSING_SHARE = 0.5
+
+
+def static_failure_warnings(rows: list[dict], frame_records: list[dict]) -> list[dict]:
+    """`static_missing`: static instances the camera model expected but that were missing in most frames."""
+    reliable = {r["frame"]: bool((r.get("camera") or {}).get("reliable")) for r in frame_records}
+    expected: dict[str, list[int]] = {}
+    for r in rows:
+        if r.get("track") == "static" and r.get("visibility") == "expected_visible":
+            expected.setdefault(r["instance_id"], []).append(0 if r.get("matched") else int(r["frame"]))
+    flagged = {i: [f for f in fs if f] for i, fs in expected.items()
+               if len(fs) >= 2 and sum(1 for f in fs if f) > STATIC_MISSING_SHARE * len(fs)}
+    if not flagged:
+        return []
+    parts = [f"{i} in {len(fr)} of {len(expected[i])}" for i, fr in sorted(flagged.items())]
+    n_cam = sum(reliable.get(f, False) for fr in flagged.values() for f in fr)
+    n_all = sum(len(fr) for fr in flagged.values())
+    return [{"code": "static_missing", "message": (
+        f"static instance(s) missing in most frames that expect them ({'; '.join(parts)}; the camera fit was reliable "
+        f"in {n_cam} of those {n_all} instance-frames): either the model lost them, or they move on their own and the "
+        "camera model cannot place them where I0 had them (then give them the dynamic track: --track dynamic, or "
+        "kinematics articulated/deformable)")}]
 
 
 def rollout_warnings(case: Case, info) -> list[dict]:
