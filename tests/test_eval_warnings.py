@@ -168,3 +168,14 @@ def test_static_instances_missing_in_most_frames_are_flagged():
     assert "swan in 2 of 3" in out[0]["message"] and "mug" not in out[0]["message"]
     assert "dog" not in out[0]["message"] and "reliable in 2 of those 2" in out[0]["message"]
     assert static_failure_warnings([r for r in rows if r["instance_id"] == "dog"], frames) == []
+
+
+def test_long_running_commands_take_quiet():
+    from typer.testing import CliRunner
+
+    from worldeval.cli import app
+
+    for cmd in (["opis", "eval"], ["opis", "produce"], ["opis", "validate"], ["opis", "audit"], ["opis", "build"],
+                ["opis", "cases-from-videos"], ["worldcast", "judge"], ["report"], ["demo"]):
+        res = CliRunner().invoke(app, [*cmd, "--help"], env={"COLUMNS": "200"})
+        assert "--quiet" in res.output, cmd

@@ -39,6 +39,7 @@ def audit_gt(
     max_side: Optional[int] = typer.Option(None, "--max-side", help="Evaluate frames at most this large."),
     force: bool = typer.Option(False, "--force", help="Write the rollouts and evaluate them again (after changing the evaluator: resume only tracks inputs and settings)."),
     as_json: bool = typer.Option(False, "--json", help="Print the agreement JSON instead of the tables."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress lines (errors are still printed)."),
 ) -> None:
     """Audit the evaluator on real video with ground-truth masks (run with --gt DIR)."""
     if ctx.invoked_subcommand is not None:
@@ -54,7 +55,7 @@ def audit_gt(
     err = _console(stderr=True)
     cfg = AuditConfig(backend=backend, device=device, fps=fps, workers=workers, max_side=max_side, force=force)
     try:
-        result = run_audit(gt, out, cfg, log=lambda m: err.print(m, markup=False, highlight=False))
+        result = run_audit(gt, out, cfg, log=(lambda m: None) if quiet else (lambda m: err.print(m, markup=False, highlight=False)))
     except GTError as exc:
         err.print(f"error: {exc}", markup=False)
         raise typer.Exit(2)

@@ -101,6 +101,7 @@ def _build(
                                                                  "xyxy-1000 or yxyx-1000 (0-1000 grid, e.g. Gemini)."),
     clean: bool = typer.Option(False, "--vlm-clean", help="After the rule-based phrase cleaning, a VLM pass (one request)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress lines."),
 ) -> None:
     """Build OPIS cases from images: VLM screening, phrase cleaning, segmentation, labels, task, geometry."""
     from worldeval.errors import InputError
@@ -116,7 +117,7 @@ def _build(
         cfg = _config(backend, backend_option, device, vocabulary, min_objects, rounds, dedup_iou, kinematics, track,
                       depth, domain, subcategory, duration, max_side, seed, review, box_format, clean)
         client = vlm_client(out, base_url, judge_model, api_key)
-        progress = None if as_json else (lambda name: typer.echo(f"building {name}...", err=True))
+        progress = None if as_json or quiet else (lambda name: typer.echo(f"building {name}...", err=True))
         summary = build_dataset(images, out, cfg, client, progress=progress, workers=workers)
     except InputError as exc:
         typer.echo(f"error: {exc}", err=True)
@@ -188,6 +189,7 @@ def _cases_from_videos(
     device: str = typer.Option("cpu", "--device"),
     seed: int = typer.Option(0, "--seed"),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress lines."),
 ) -> None:
     """Make an OPIS dataset and rollouts folder from your own videos (frame 0 of each is I0)."""
     from worldeval.errors import InputError
@@ -198,7 +200,7 @@ def _cases_from_videos(
         cfg = _config(backend, backend_option, device, vocabulary, min_objects, 3, 0.8, kinematics, track, depth,
                       domain, subcategory, 10.0, 0, seed, False, box_format)
         client = vlm_client(out, base_url, judge_model, api_key)
-        progress = None if as_json else (lambda name: typer.echo(f"building {name}...", err=True))
+        progress = None if as_json or quiet else (lambda name: typer.echo(f"building {name}...", err=True))
         summary = cases_from_videos(videos, out, cfg, client, rollouts, progress=progress)
     except InputError as exc:
         typer.echo(f"error: {exc}", err=True)

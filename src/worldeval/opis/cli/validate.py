@@ -34,6 +34,7 @@ def _register_validate(app: typer.Typer) -> None:
         force: bool = typer.Option(False, "--force", help="Render the rollouts again and re-evaluate them all (use after changing the evaluator: its resume only tracks settings)."),
         as_json: bool = typer.Option(False, "--json", help="Print the result JSON instead of the table."),
         strict: bool = typer.Option(False, "--strict", help="Exit with status 1 when a pass rate is below the requirement."),
+        quiet: bool = typer.Option(False, "--quiet", help="No progress lines (errors are still printed)."),
     ) -> None:
         """Metamorphic self-check of the evaluator on the dataset's own images."""
         from rich.console import Console
@@ -67,7 +68,7 @@ def _register_validate(app: typer.Typer) -> None:
             plane_depth=plane_depth,
         )
         err = Console(stderr=True)
-        log = lambda m: err.print(m, markup=False, highlight=False)  # noqa: E731
+        log = (lambda m: None) if quiet else (lambda m: err.print(m, markup=False, highlight=False))  # noqa: E731
         result, clip_result = None, None
         try:
             if dataset is not None:
