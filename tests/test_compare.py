@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from worldeval.cli import app
 from worldeval.opis.archive import frame_from_records, write_archive
-from worldeval.opis.compare import CompareError, compare_runs, pair_models
+from worldeval.opis.checks.compare import CompareError, compare_runs, pair_models
 
 M = dict(matched=True, visibility="expected_visible")
 MISS = dict(visibility="expected_visible")

@@ -187,3 +187,17 @@ def test_a_dense_case_evaluates_with_every_object_id_kept(tmp_path):
         assert res.exit_code == 0, res.output
         out = json.loads(res.stdout)
         assert out["cases"][0]["case_id"] == "dense40" and out["models"]["static"]["OPIS"] is not None
+
+
+@pytest.mark.parametrize("category,kinematics,track,followed", [
+    ("dining table", "unknown", None, "static"),      # unlabeled, unknown kinematics: the camera places it
+    ("person", "unknown", None, "dynamic"),           # ... unless the phrase names a person or an animal
+    ("head of the dog", "unknown", "excluded", "dynamic"),
+    ("banana", "rigid", None, "static"),
+    ("flag", "deformable", "excluded", "dynamic"),
+    ("car", "rigid", "dynamic", "dynamic"),           # a Structure track always decides
+])  # fmt: skip
+def test_how_an_instance_without_a_structure_track_is_followed(category, kinematics, track, followed):
+    from worldeval.opis.case import Instance
+
+    assert Instance(id="a", category=category, kinematics=kinematics, track=track).followed_as == followed

@@ -18,6 +18,8 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from worldeval.opis.living import phrase_labels
+
 KINEMATICS = ("rigid", "articulated", "deformable")
 # A kinematic class nobody labelled (the authors' `unknown`); such an instance is followed as dynamic.
 UNKNOWN_KINEMATICS = "unknown"
@@ -72,9 +74,14 @@ class Instance(BaseModel):
 
     @property
     def followed_as(self) -> str:
-        """How perception follows it: an instance without a Structure track is static only when rigid."""
+        """How perception follows it. An instance without a Structure track (unlabeled, excluded) is
+        dynamic when articulated or deformable, or when its kinematics is unknown and its phrase names a
+        person, an animal or a part of one; else static: the camera model places it, so a large rigid
+        thing (a table) is not left for the search to cut into unclaimed pieces."""
         if self.track in TRACKS:
             return self.track
+        if self.kinematics == "unknown":
+            return "dynamic" if phrase_labels(self.category) else "static"
         return "static" if self.kinematics == "rigid" else "dynamic"
 
     @field_validator("id", "category")

@@ -50,10 +50,7 @@ from worldeval.opis.case import (
     default_intrinsics,
     write_case,
 )
-from worldeval.opis.backends.hf_pose import ANIMAL_WORDS, PERSON_WORDS
-from worldeval.opis.cases.coco import ANIMALS as COCO_ANIMALS
-from worldeval.opis.cases.coco import PEOPLE as COCO_PEOPLE
-from worldeval.opis.cases.phrases import singular
+from worldeval.opis.living import LIVING_WORDS, phrase_labels  # noqa: F401  (annotate's inference reads them)
 
 SEGMENTERS = ("grabcut", "hf")
 
@@ -110,49 +107,6 @@ class AnnotateSpec:
 
 
 # ---------------------------------------------------------------- labels from the noun phrase
-
-# Nouns naming something that moves by itself, a person or an animal: the pose backend's lists (the
-# people and animals that get a skeleton) and COCO's animal classes, with animals no pose model covers.
-LIVING_WORDS = frozenset(PERSON_WORDS | ANIMAL_WORDS | COCO_PEOPLE | COCO_ANIMALS | {
-    "bird", "swan", "duck", "goose", "chicken", "hen", "rooster", "parrot", "pigeon", "gull", "seagull", "owl",
-    "eagle", "hawk", "penguin", "flamingo", "heron", "crow", "fish", "goldfish", "shark", "dolphin", "whale",
-    "seal", "turtle", "tortoise", "frog", "snake", "lizard", "mouse", "rat", "hamster", "insect", "butterfly",
-    "bee", "toddler", "teenager", "pet",
-})  # fmt: skip
-# Head nouns naming a part of a person or an animal: a part moves with its owner.
-BODY_PART_WORDS = frozenset(
-    "head face hand arm leg foot paw tail wing beak neck ear eye nose mouth snout muzzle hair mane fin claw hoof "
-    "feather finger".split())
-# Words that may stand beside a part without naming an owner ("red beak", "left hand"); any other word
-# names one ("table leg"), and only a person or animal owner makes the part dynamic.
-PART_MODIFIERS = frozenset(
-    "a an the red orange yellow green blue purple pink brown black white grey gray dark light bright left right "
-    "front rear hind upper lower small big large long short little raised open its his her their".split())
-# The head noun is the last word before the first of these ("head of the swan", "man with a hat").
-CHUNK_ENDS = frozenset("of with on in at near behind under over holding riding wearing carrying and".split())
-
-
-def phrase_labels(phrase: str) -> tuple[str | None, str, str] | None:
-    """(kinematics or None, track, why) where the noun phrase makes them evident; None where it does not.
-
-    A person or an animal ("black swan", "dogs", "man with a hat") is articulated and dynamic; a part of
-    one ("red beak", "head of the swan", "dog's tail") is dynamic, its kinematics left alone; anything
-    else ("red mug", "table leg") says nothing, so the defaults hold.
-    """
-    typed = [w for w in re.findall(r"[a-z]+", phrase.lower()) if w != "s"]  # "s": a possessive's
-    words = [singular(w) for w in typed]
-    cut = next((i for i, w in enumerate(words) if i > 0 and w in CHUNK_ENDS), len(words))
-    if not words:
-        return None
-    head = words[cut - 1]
-    if head in LIVING_WORDS:
-        return "articulated", "dynamic", f'inferred from "{typed[cut - 1]}"'
-    if head in BODY_PART_WORDS:
-        owners = [w for w in words[:cut - 1] + words[cut:] if w not in PART_MODIFIERS and w not in CHUNK_ENDS]
-        if all(w in LIVING_WORDS for w in owners):
-            return None, "dynamic", f'inferred from "{typed[cut - 1]}", a part of a person or animal'
-    return None
-
 
 def label_prompt(p: ObjectPrompt) -> ObjectPrompt:
     """Fill the labels the user did not give from the noun phrase, and say in `p.labels_from` where each came from.

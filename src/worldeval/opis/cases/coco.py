@@ -25,11 +25,11 @@ from typing import Any
 import numpy as np
 
 from worldeval.opis.case import CaseError, read_json, write_case
+from worldeval.opis.living import COCO_ANIMALS, COCO_PEOPLE
 from worldeval.runs import atomic_write_json
 
 # COCO-80 categories that move by themselves; everything else is treated as a static rigid object.
-PEOPLE = {"person"}
-ANIMALS = {"bird", "cat", "dog", "horse", "sheep", "cow", "elephant", "bear", "zebra", "giraffe"}
+PEOPLE, ANIMALS = COCO_PEOPLE, COCO_ANIMALS
 
 DOMAIN = "real_world"
 SUBCATEGORY = "coco_multiobj"

@@ -41,26 +41,7 @@ SYNONYMS = {
     "potted plant": "plant", "houseplant": "plant", "dining table": "table", "notebook computer": "laptop",
     "monitor": "screen", "trash can": "bin", "garbage can": "bin", "wastebasket": "bin",
 }
-_IRREGULAR = {"people": "person", "men": "man", "women": "woman", "children": "child", "mice": "mouse",
-              "feet": "foot", "teeth": "tooth", "geese": "goose", "knives": "knife", "leaves": "leaf",
-              "shelves": "shelf", "loaves": "loaf", "wolves": "wolf", "shoes": "shoe", "canoes": "canoe",
-              "buses": "bus", "sheep": "sheep", "fish": "fish"}
-_KEEP_S = ("ss", "us", "is", "eyeglasses", "sunglasses", "scissors", "pants", "jeans", "shorts", "headphones",
-           "binoculars")
-
-
-def singular(word: str) -> str:
-    if word in _IRREGULAR:
-        return _IRREGULAR[word]
-    if word.endswith(_KEEP_S) or len(word) <= 3:
-        return word
-    if word.endswith("ies"):
-        return word[:-3] + "y"
-    if word.endswith(("ches", "shes", "xes", "sses", "zes", "oes")):
-        return word[:-2]
-    if word.endswith("s"):
-        return word[:-1]
-    return word
+from worldeval.opis.living import singular  # noqa: E402,F401  (one home; re-exported)
 
 
 def normalize(phrase: str) -> str:

@@ -120,7 +120,7 @@ def compare_command(
 ) -> None:
     """Compare two OPIS runs of the same videos: object-frame agreement and per-case score differences."""
     from worldeval.opis.archive import ArchiveError
-    from worldeval.opis.compare import compare_runs_detailed, write_outputs
+    from worldeval.opis.checks.compare import compare_runs_detailed, write_outputs
 
     try:
         result, joined = compare_runs_detailed(run_a, run_b, model_a=model_a, model_b=model_b, variant=variant,
