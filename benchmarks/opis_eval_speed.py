@@ -14,16 +14,19 @@ Cases, built from the shared data (../shared/data) into a work folder:
 Every repeat evaluates every case once, in turn (interleaved, so a change of the machine's load
 reaches all of them alike); each evaluation is a new item of a run folder (case loading, reference
 bank, propagation, measurement and the archive part all included). Printed per case: sampled
-frames per second (min and median over repeats), seconds per frame, the stage split; then the
+frames per second (min and median over repeats), wall and CPU seconds per frame (CPU: the whole
+process, every thread; steadier than wall time on a shared machine), the stage split; then the
 per-frame cost ratios n25/n1 and n50/n25, taken repeat by repeat (paired), min and median.
 
     .venv/bin/python benchmarks/opis_eval_speed.py [--repeats 3] [--max-frames 6] [--work DIR] [--coco]
+        [--option search=lost]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -168,16 +171,19 @@ def build(data: Path, work: Path, coco: bool) -> list[str]:
     return names
 
 
-def measure(work: Path, name: str, tag: str, cfg: dict) -> dict:
+def measure(work: Path, name: str, tag: str, cfg: dict, options: dict | None = None) -> dict:
     """One evaluation of case `name` as a new item of its run folder: frames, wall seconds, stage seconds."""
     from worldeval.opis.run import run_eval
 
-    t0 = time.perf_counter()
-    summary = run_eval(work / name / "ds", work / name / "ro", tag, work / name / "run", workers=0, config=cfg)
-    wall = time.perf_counter() - t0
+    t0, c0 = time.perf_counter(), os.times()
+    summary = run_eval(work / name / "ds", work / name / "ro", tag, work / name / "run", workers=0, config=cfg,
+                       backend_options=options)
+    wall, c1 = time.perf_counter() - t0, os.times()
     assert summary["done"], summary
     st = json.loads((work / name / "run" / "status" / tag / f"{name}.json").read_text())
-    return {"frames": st["frames"], "wall": wall, "stages": st["timings"]}
+    # CPU seconds of the whole process (every thread): steadier than wall time on a shared machine
+    cpu = (c1.user - c0.user) + (c1.system - c0.system)
+    return {"frames": st["frames"], "wall": wall, "cpu": cpu, "stages": st["timings"]}
 
 
 def summarise(names: list[str], runs: dict[str, list[dict]]) -> dict:
@@ -186,40 +192,44 @@ def summarise(names: list[str], runs: dict[str, list[dict]]) -> dict:
     out: dict = {"cases": {}, "ratios": {}}
     for name in names:
         per = [r["wall"] / r["frames"] for r in runs[name]]
+        cpu = [r["cpu"] / r["frames"] for r in runs[name]]
         totals = {k: sum(r["stages"].get(k, 0.0) for r in runs[name]) for k in STAGES}
         staged = sum(totals.values()) or 1.0
         out["cases"][name] = {
             "sampled_frames": runs[name][0]["frames"],
             "frames_per_s": {"min": 1 / max(per), "median": 1 / statistics.median(per)},
             "seconds_per_frame": {"min": min(per), "median": statistics.median(per)},
+            "cpu_seconds_per_frame": {"min": min(cpu), "median": statistics.median(cpu)},
             # stage seconds are CPU-side (frames measured two at a time): shares, not wall time
             "share": {k: totals[k] / staged for k in STAGES},
         }
     for a, b in (("n25", "n1"), ("n50", "n25"), ("n8", "n1"), ("coco25", "n1")):
         if a in runs and b in runs:
             rs = [x["wall"] / x["frames"] / (y["wall"] / y["frames"]) for x, y in zip(runs[a], runs[b])]
-            out["ratios"][f"{a}/{b}"] = {"min": min(rs), "median": statistics.median(rs)}
+            rc = [x["cpu"] / x["frames"] / (y["cpu"] / y["frames"]) for x, y in zip(runs[a], runs[b])]
+            out["ratios"][f"{a}/{b}"] = {"min": min(rs), "median": statistics.median(rs),
+                                         "cpu_min": min(rc), "cpu_median": statistics.median(rc)}
     return out
 
 
 def report(out: dict) -> None:
     from worldeval.opis.evaluate import STAGES
 
-    print(f"classical backend, {out['repeats']} interleaved repeats, at most {out['max_frames']} sampled frames a case; "
+    opts = ", ".join(f"{k}={v}" for k, v in out["options"].items()) or "default options"
+    print(f"classical backend ({opts}), {out['repeats']} interleaved repeats, at most {out['max_frames']} sampled frames a case; "
           f"load average at start {out['load'][0]:.2f}, at end {out['load'][1]:.2f}")
     head = "".join(f"{k[:6]:>7s}" for k in STAGES)
-    print(f"{'case':8s}{'frames':>7s}{'fr/s min':>9s}{'med':>7s}{'s/fr med':>9s}  share %:{head}")
+    print(f"{'case':8s}{'frames':>7s}{'fr/s min':>9s}{'med':>7s}{'s/fr med':>9s}{'cpu/fr':>8s}  share %:{head}")
     for name, c in out["cases"].items():
         share = "".join(f"{100 * c['share'][k]:7.1f}" for k in STAGES)
         print(f"{name:8s}{c['sampled_frames']:7d}{c['frames_per_s']['min']:9.2f}{c['frames_per_s']['median']:7.2f}"
-              f"{c['seconds_per_frame']['median']:9.3f}          {share}")
+              f"{c['seconds_per_frame']['median']:9.3f}{c['cpu_seconds_per_frame']['median']:8.3f}          {share}")
     for k, r in out["ratios"].items():
-        print(f"per-frame cost {k}: median {r['median']:.2f}x (min {r['min']:.2f}x)")
+        print(f"per-frame cost {k}: wall median {r['median']:.2f}x (min {r['min']:.2f}x), "
+              f"CPU median {r['cpu_median']:.2f}x (min {r['cpu_min']:.2f}x)")
 
 
 def main(argv=None) -> int:
-    import os
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[1].parent / "shared" / "data")
     ap.add_argument("--repeats", type=int, default=3)
@@ -228,6 +238,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cases", default=None, help="comma-separated subset of n1,n8,n25,n50,coco25")
     ap.add_argument("--coco", action="store_true", help="also the 25-instance COCO mosaic (oracle pan)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                    help="classical backend option for every case (e.g. search=lost); repeatable")
     args = ap.parse_args(argv)
     for need in ("davis_bmx_trees", "sam2_bedroom") + (("coco_multiobj",) if args.coco else ()):
         if not (args.data / need).exists():
@@ -239,15 +251,18 @@ def main(argv=None) -> int:
         names = build(args.data, work, args.coco or "coco25" in (args.cases or ""))
         names = [n for n in names if args.cases is None or n in args.cases.split(",")]
         cfg = {"max_frames": args.max_frames}
+        options = dict(o.split("=", 1) for o in args.option)
+        for name in names:  # run folders of an earlier call (another config) are scratch
+            shutil.rmtree(work / name / "run", ignore_errors=True)
         load0 = os.getloadavg()[0]
         for name in names:  # warm-up: model load, first-touch costs
-            measure(work, name, f"warmup{time.time_ns()}", cfg)
+            measure(work, name, f"warmup{time.time_ns()}", cfg, options)
         runs: dict[str, list[dict]] = {n: [] for n in names}
         for r in range(args.repeats):
             for name in names:
-                runs[name].append(measure(work, name, f"rep{r}_{time.time_ns()}", cfg))
-        out = {"repeats": args.repeats, "max_frames": args.max_frames, "load": (load0, os.getloadavg()[0]),
-               **summarise(names, runs)}
+                runs[name].append(measure(work, name, f"rep{r}_{time.time_ns()}", cfg, options))
+        out = {"repeats": args.repeats, "max_frames": args.max_frames, "options": options,
+               "load": (load0, os.getloadavg()[0]), **summarise(names, runs)}
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)

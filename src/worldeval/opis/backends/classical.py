@@ -231,6 +231,11 @@ def _nms_peaks(res: np.ndarray, k: int, radius: tuple[int, int]) -> list[tuple[f
 
 
 
+# search=all: every instance is searched in every frame (the default); search=lost: the template scan
+# runs only for instances without a verified propagated mask in the frame
+SEARCH_MODES = ("all", "lost")
+
+
 class SearchSegmenter:
     """Finds candidates for each reference instance in a frame (feature route + template route)."""
 
@@ -249,7 +254,12 @@ class SearchSegmenter:
         copy_peak: float = 0.8,
         moving_parts: int = 4,
         motion: bool = False,
+        search: str = "all",
     ):
+        if search not in SEARCH_MODES:
+            raise ValueError(f"search={search!r}: choose {' or '.join(SEARCH_MODES)}")
+        # opt-in (backend option search=lost): it changes measurements (docs/backends.md, "Speed on dense scenes")
+        self.searches_lost_only = search == "lost"
         # opt-in (backend option motion=on): on the tuning clip it helped, on the reporting clips it did
         # not (docs/backends.md, "Moving parts")
         self.frames_moving_parts = bool(motion)
@@ -264,7 +274,7 @@ class SearchSegmenter:
         self.min_inliers = min_inliers
         self.versions = {"segmenter": f"sift-template-search[side={template_side},peaks={template_peaks},"
                                       f"clusters={feature_clusters},min_inliers={min_inliers}"
-                                      + (",motion=on]" if motion else "]")}
+                                      + (",motion=on" if motion else "") + (",search=lost]" if search == "lost" else "]")}
 
     # -- per-case preparation (cached in the reference bank)
     def _prepare(self, bank):
@@ -290,7 +300,9 @@ class SearchSegmenter:
         bank.cache["classical"] = prep
         return prep
 
-    def observe(self, frame: np.ndarray, phrases=None, reference=None) -> list[Observation]:
+    def observe(self, frame: np.ndarray, phrases=None, reference=None, followed: set[int] | None = None) -> list[Observation]:
+        """Candidates of every reference instance. `followed` (with search=lost): instances whose verified
+        propagated mask stands for them in this frame; they get the feature route only (no template scan)."""
         if reference is None:
             raise ValueError("the classical segmenter searches for reference instances and needs the reference bank")
         bank = reference
@@ -302,6 +314,9 @@ class SearchSegmenter:
         small_frames: dict[float, np.ndarray] = {}
         for i, info in enumerate(prep["per"]):
             cands = self._feature_route(bank, i, info, prep["f0"], f1, all_idx1, frame.shape[:2])
+            if followed and i in followed:
+                out.extend(_dedupe(cands))
+                continue
             seeds = [(o.score, o.box[0], o.box[1], o.box[2], o.box[3]) for o in cands]
             # A static object already found by a firm SIFT cluster is placed; the scan of the whole
             # frame then only looks for a copy of it, which must correlate strongly (a copy at
@@ -401,12 +416,10 @@ class SearchSegmenter:
             tw, th = max(6, round(w * fk * s)), max(6, round(h * fk * s))
             if tw >= sf.shape[1] or th >= sf.shape[0]:
                 continue
-            t = cv2.resize(info["tmpl"], (tw, th), interpolation=cv2.INTER_AREA).astype(np.float32)
-            tm = cv2.resize(info["tmask"].astype(np.uint8), (tw, th), interpolation=cv2.INTER_NEAREST)
-            if tm.sum() < 8:
+            t, tm = _sized_template(info, tw, th)
+            if t is None:
                 continue
-            res = cv2.matchTemplate(sf, t, cv2.TM_CCOEFF_NORMED, mask=tm.astype(np.float32))
-            res = np.nan_to_num(res, nan=-1.0, posinf=-1.0, neginf=-1.0)
+            res = _finite(cv2.matchTemplate(sf, t, cv2.TM_CCOEFF_NORMED, mask=tm))
             for v, px, py in _nms_peaks(res, self.template_peaks, (th // 2, tw // 2)):
                 found.append((v, px / fk, py / fk, w * s, h * s))
         found.sort(key=lambda r: -r[0])
@@ -481,16 +494,41 @@ class SearchSegmenter:
             tw, th = max(6, round(bw * s * f)), max(6, round(bh * s * f))
             if tw >= win.shape[1] or th >= win.shape[0]:
                 continue
-            t = cv2.resize(info["tmpl"], (tw, th), interpolation=cv2.INTER_AREA).astype(np.float32)
-            tm = cv2.resize(info["tmask"].astype(np.uint8), (tw, th), interpolation=cv2.INTER_NEAREST)
-            if tm.sum() < 8:
+            t, tm = _sized_template(info, tw, th)
+            if t is None:
                 continue
-            res = cv2.matchTemplate(win, t, cv2.TM_CCOEFF_NORMED, mask=tm.astype(np.float32))
-            res = np.nan_to_num(res, nan=-1.0, posinf=-1.0, neginf=-1.0)
+            res = _finite(cv2.matchTemplate(win, t, cv2.TM_CCOEFF_NORMED, mask=tm))
             _, v, _, (px, py) = cv2.minMaxLoc(res)
             if v > best[0] or best is cand:
                 best = (float(v), x0 + px / f, y0 + py / f, bw * s, bh * s)
         return best
+
+
+SIZED_TEMPLATES = 512  # resized templates kept per instance (sizes recur: the scan's every frame, a refined box's often)
+
+
+def _sized_template(info: dict, tw: int, th: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The instance's brightness template and its mask resized to tw x th, as float32 for matchTemplate;
+    (None, None) when fewer than 8 mask pixels survive the resize. Kept in the instance's prepared entry:
+    the same sizes come back for every frame, and each instance is searched at dozens of them."""
+    import cv2
+
+    cache = info.setdefault("sized", {})
+    hit = cache.get((tw, th))
+    if hit is None:
+        tm = cv2.resize(info["tmask"].astype(np.uint8), (tw, th), interpolation=cv2.INTER_NEAREST)
+        hit = (None, None)
+        if tm.sum() >= 8:
+            hit = (cv2.resize(info["tmpl"], (tw, th), interpolation=cv2.INTER_AREA).astype(np.float32), tm.astype(np.float32))
+        if len(cache) >= SIZED_TEMPLATES:
+            cache.clear()
+        cache[(tw, th)] = hit
+    return hit
+
+
+def _finite(res: np.ndarray) -> np.ndarray:
+    """Correlations with NaN and infinities (a flat window under the template) set to -1, in place."""
+    return np.nan_to_num(res, copy=False, nan=-1.0, posinf=-1.0, neginf=-1.0)
 
 
 def _spread(found: list, k: int) -> list:
@@ -553,7 +591,10 @@ def build_backend(device: str = "cpu", **options) -> Backend:
     scales (comma-separated floats),
     pose (mediapipe | none: person landmarks for dynamic Structure, eq. 5),
     motion (on | off, default off: frame dynamic instances where the frame moves on its own, from the
-    neighbouring video frames; docs/backends.md "Moving parts")."""
+    neighbouring video frames; docs/backends.md "Moving parts"),
+    search (all | lost, default all: lost runs the template scan only for instances without a verified
+    propagated mask in the frame; faster on dense scenes, changes measurements: docs/backends.md
+    "Speed on dense scenes")."""
     import cv2
     import torch
 
@@ -574,14 +615,19 @@ def build_backend(device: str = "cpu", **options) -> Backend:
                 if str(v).lower() not in ("on", "off", "true", "false"):
                     raise ValueError("choose on or off")
                 opts[k] = str(v).lower() in ("on", "true")
+            elif k == "search":
+                if str(v).lower() not in SEARCH_MODES:
+                    raise ValueError(f"choose {' or '.join(SEARCH_MODES)}")
+                opts[k] = str(v).lower()
             elif k == "scales":
                 opts[k] = tuple(float(x) for x in (v.split(",") if isinstance(v, str) else v))
             else:
-                raise ValueError(f"unknown option (known: {', '.join(_INT_OPTIONS + _FLOAT_OPTIONS + ('scales', 'pose', 'motion'))})")
+                raise ValueError(f"unknown option (known: {', '.join(_INT_OPTIONS + _FLOAT_OPTIONS + ('scales', 'pose', 'motion', 'search'))})")
         except (TypeError, ValueError) as exc:
             raise ValueError(f"classical backend option {k}={v!r}: {exc}") from exc
     matcher = SiftMatcher(**{k: opts[k] for k in ("feature_max_side", "nfeatures", "background_features", "contrast_floor") if k in opts})
-    seg_opts = {k: opts[k] for k in ("template_side", "scales", "template_peaks", "feature_clusters", "min_inliers", "motion") if k in opts}
+    seg_opts = {k: opts[k] for k in ("template_side", "scales", "template_peaks", "feature_clusters", "min_inliers", "motion",
+                                     "search") if k in opts}
     pose, pose_version = (None, "off (pose=none)") if opts.get("pose") == "none" else load_pose()
     features = EfficientNetDenseFeatures(side=opts.get("features_side", 640))
     return Backend(

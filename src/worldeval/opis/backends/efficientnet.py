@@ -99,18 +99,33 @@ def _crop(image: np.ndarray, mask: np.ndarray, box) -> tuple[np.ndarray, np.ndar
     cx, cy = x + w / 2, y + h / 2
     x0, y0 = int(math.floor(cx - side / 2)), int(math.floor(cy - side / 2))
     s = max(2, int(math.ceil(side)))
-    # pad with edge pixels so crops at the border keep their square shape and scale
-    pad = max(0, -x0, -y0, x0 + s - W, y0 + s - H)
-    if pad:
-        image = cv2.copyMakeBorder(image, pad, pad, pad, pad, cv2.BORDER_REPLICATE)
-        mask = cv2.copyMakeBorder(mask.astype(np.uint8), pad, pad, pad, pad, cv2.BORDER_CONSTANT, value=0)
-    x0 += pad
-    y0 += pad
-    c = image[y0 : y0 + s, x0 : x0 + s]
-    m = mask[y0 : y0 + s, x0 : x0 + s].astype(np.float32)
+    # pad with edge pixels so crops at the border keep their square shape and scale; only the part of
+    # the image inside the crop is padded (replicating its outer row or column is replicating the
+    # image's: the same pixels as padding the whole image, without copying a frame per crop)
+    xa, ya, xb, yb = max(0, x0), max(0, y0), min(W, x0 + s), min(H, y0 + s)
+    c, m = image[ya:yb, xa:xb], mask[ya:yb, xa:xb]
+    if (xa, ya, xb, yb) != (x0, y0, x0 + s, y0 + s):
+        if xb <= xa or yb <= ya:  # no overlap at all: what padding the whole image gave
+            return _crop_outside(image, mask, x0, y0, s)
+        t, b, l, r = ya - y0, y0 + s - yb, xa - x0, x0 + s - xb
+        c = cv2.copyMakeBorder(c, t, b, l, r, cv2.BORDER_REPLICATE)
+        m = cv2.copyMakeBorder(m.astype(np.uint8), t, b, l, r, cv2.BORDER_CONSTANT, value=0)
+    m = m.astype(np.float32)
     c = cv2.resize(c, (CNN_INPUT, CNN_INPUT), interpolation=cv2.INTER_AREA if s > CNN_INPUT else cv2.INTER_LINEAR)
     m = cv2.resize(m, (CNN_INPUT, CNN_INPUT), interpolation=cv2.INTER_AREA)
     return c, m
+
+
+def _crop_outside(image: np.ndarray, mask: np.ndarray, x0: int, y0: int, s: int) -> tuple[np.ndarray, np.ndarray]:
+    """A crop lying wholly outside the image, as the whole image padded by replication gives it."""
+    import cv2
+
+    H, W = image.shape[:2]
+    pad = max(0, -x0, -y0, x0 + s - W, y0 + s - H)
+    image = cv2.copyMakeBorder(image, pad, pad, pad, pad, cv2.BORDER_REPLICATE)
+    c = image[y0 + pad : y0 + pad + s, x0 + pad : x0 + pad + s]
+    c = cv2.resize(c, (CNN_INPUT, CNN_INPUT), interpolation=cv2.INTER_AREA if s > CNN_INPUT else cv2.INTER_LINEAR)
+    return c, np.zeros((CNN_INPUT, CNN_INPUT), np.float32)
 
 
 def colour_descriptor(image: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -122,7 +137,13 @@ def colour_descriptor(image: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """
     import cv2
 
-    pix = image[mask.astype(bool)]
+    mask = np.asarray(mask).astype(bool, copy=False)
+    if mask.ndim == 2 and mask.size:
+        # the mask's pixels in the same (row-major) order as image[mask], read from its box only
+        x, y, w, h = cv2.boundingRect(mask.view(np.uint8))
+        pix = image[y : y + h, x : x + w][mask[y : y + h, x : x + w]]
+    else:
+        pix = image[mask]
     n = len(pix)
     d = np.zeros(int(np.prod(_LAB_BINS)), np.float32)
     if n == 0:

@@ -8,6 +8,8 @@ so these are the closest models it ships (docs/backends.md).
 from __future__ import annotations
 
 import math
+import threading
+from collections import OrderedDict
 
 import numpy as np
 
@@ -131,6 +133,13 @@ class HFDepthEstimator:
         return depth, K
 
 
+PAIR_CACHE = 4  # image pairs whose matches are kept (frames measured at once each hold one)
+
+
+def _identity(image: np.ndarray) -> tuple:
+    return (image.__array_interface__["data"][0], image.shape, image.strides)
+
+
 def _inside(mask: np.ndarray | None, pts: np.ndarray) -> np.ndarray:
     if mask is None:
         return np.ones(len(pts), dtype=bool)
@@ -179,6 +188,8 @@ class HFMatcher:
         # check); EfficientLoFTR is detector-free, so that check does not run with it (run manifest: checks)
         self.detects_keypoints = self.kind == "lightglue"
         self._keypoints: tuple[bytes, np.ndarray] | None = None  # the last image's keypoints, by content digest
+        self._pairs: OrderedDict = OrderedDict()  # (img0, img1) identities -> their matches (`pair_matches`)
+        self._pairs_lock = threading.Lock()
         self.device = device
         half = dtype is not None and dtype != torch.float32
         self.autocast = dtype if (half and self.kind == "lightglue") else None
@@ -253,6 +264,27 @@ class HFMatcher:
         for k, (m, shape) in enumerate(((mask0, (H0, W0)), (mask1, (H1, W1)))):
             if m is not None and tuple(np.shape(m)[:2]) != shape:
                 raise ValueError(f"match: mask{k} is {np.shape(m)[:2]} but image{k} is {shape}")
+        p0, p1, sc = self.pair_matches(img0, img1)
+        keep = (sc >= self.min_score) & _inside(mask0, p0) & _inside(mask1, p1)
+        p0, p1, sc = p0[keep], p1[keep], sc[keep]
+        order = np.argsort(-sc, kind="stable")[: self.max_matches]
+        return Correspondences(pts0=p0[order].astype(np.float32), pts1=p1[order].astype(np.float32), scores=sc[order].astype(np.float32))
+
+    def pair_matches(self, img0, img1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(points in img0, points in img1, scores) of every match of the pair, in each image's pixels.
+
+        The masks of `match` only select among these, so one forward serves every call on the same
+        pair: the camera, each static instance's place, keypoint support and Structure all match I0
+        with the same frame (one forward a frame instead of one per instance and check). Kept for the
+        last few pairs, by the arrays' identity (frames and I0 are never changed in place).
+        """
+        key = (_identity(img0), _identity(img1))
+        with self._pairs_lock:
+            hit = self._pairs.get(key)
+            if hit is not None and hit[0] is img0 and hit[1] is img1:
+                self._pairs.move_to_end(key)
+                return hit[2]
+        (H0, W0), (H1, W1) = img0.shape[:2], img1.shape[:2]
         # both images of a pair share one tensor, so one input size
         out, h, w = self._forward(img0, img1)
         if self.kind == "lightglue":
@@ -260,14 +292,15 @@ class HFMatcher:
         else:
             p0, p1, sc = self._loftr_pairs(out, h, w)
         # model coordinates are relative to the input size: back to each image's pixels
-        p0 = p0 * np.array([W0, H0], dtype=np.float64)
-        p1 = p1 * np.array([W1, H1], dtype=np.float64)
-        p0 = np.clip(p0, 0, [W0 - 1, H0 - 1])
-        p1 = np.clip(p1, 0, [W1 - 1, H1 - 1])
-        keep = (sc >= self.min_score) & _inside(mask0, p0) & _inside(mask1, p1)
-        p0, p1, sc = p0[keep], p1[keep], sc[keep]
-        order = np.argsort(-sc, kind="stable")[: self.max_matches]
-        return Correspondences(pts0=p0[order].astype(np.float32), pts1=p1[order].astype(np.float32), scores=sc[order].astype(np.float32))
+        p0 = np.clip(p0 * np.array([W0, H0], dtype=np.float64), 0, [W0 - 1, H0 - 1])
+        p1 = np.clip(p1 * np.array([W1, H1], dtype=np.float64), 0, [W1 - 1, H1 - 1])
+        for a in (p0, p1, sc):
+            a.setflags(write=False)  # shared by every caller of the pair
+        with self._pairs_lock:
+            self._pairs[key] = (img0, img1, (p0, p1, sc))
+            while len(self._pairs) > PAIR_CACHE:
+                self._pairs.popitem(last=False)
+        return p0, p1, sc
 
     def match_background(self, img0, img1, background) -> Correspondences:
         """The camera's correspondences: the learned matchers rank matches over the whole pair, so

@@ -28,17 +28,9 @@ AP10K_EDGES = [
     (4, 11), (11, 12), (12, 13), (4, 14), (14, 15), (15, 16),
 ]  # fmt: skip
 
-PERSON_WORDS = {
-    "person", "people", "man", "men", "woman", "women", "boy", "girl", "child", "children", "kid", "baby",
-    "human", "rider", "cyclist", "biker", "player", "pedestrian", "skier", "skateboarder", "surfer", "runner",
-    "dancer", "athlete", "worker", "chef", "driver", "walker", "student", "soldier", "lady", "gentleman",
-}  # fmt: skip
-ANIMAL_WORDS = {
-    "dog", "puppy", "cat", "kitten", "horse", "pony", "cow", "calf", "sheep", "lamb", "goat", "pig", "bear",
-    "zebra", "giraffe", "elephant", "deer", "moose", "lion", "tiger", "leopard", "cheetah", "wolf", "fox",
-    "rabbit", "bunny", "squirrel", "monkey", "gorilla", "chimpanzee", "panda", "camel", "donkey", "buffalo",
-    "bison", "antelope", "rhino", "rhinoceros", "hippo", "hippopotamus", "kangaroo", "raccoon", "otter", "animal",
-}  # fmt: skip
+# The word lists live with the rest of what a phrase says about motion.
+from worldeval.opis.living import ANIMAL_WORDS, PERSON_WORDS  # noqa: E402
+
 
 
 def _words(phrase: str) -> list[str]:
@@ -131,28 +123,45 @@ class VitPoseEstimator:
         return kind is not None and kind in self.models
 
     def keypoints(self, image: np.ndarray, box, category: str | None = None) -> Keypoints | None:
+        return self.keypoints_many(image, [box], [category])[0]
+
+    def keypoints_many(self, image: np.ndarray, boxes: list, categories: list) -> list[Keypoints | None]:
+        """`keypoints` for several (box, category) of one image: the boxes of a kind share one forward
+        (a frame's people, then its animals), where one call per instance ran one forward each."""
+        out: list[Keypoints | None] = [None] * len(boxes)
+        H, W = image.shape[:2]
+        by_kind: dict[str, list[tuple[int, tuple]]] = {}
+        for k, (box, category) in enumerate(zip(boxes, categories)):
+            kind = category_kind(category)
+            if kind not in self.models:
+                continue  # no model for this category: no pose, never another category's skeleton
+            x, y, w, h = (float(v) for v in box)
+            x0, y0, x1, y1 = max(0.0, x), max(0.0, y), min(float(W), x + w), min(float(H), y + h)
+            if x1 - x0 >= 2 and y1 - y0 >= 2:
+                by_kind.setdefault(kind, []).append((k, (x0, y0, x1, y1)))
+        for kind, todo in by_kind.items():
+            for (k, _), kp in zip(todo, self._landmarks(kind, image, [c for _, c in todo])):
+                out[k] = kp
+        return out
+
+    def _landmarks(self, kind: str, image: np.ndarray, crops: list[tuple]) -> list[Keypoints]:
+        """One forward of the `kind` model over the crops (x0, y0, x1, y1 inside the image) of one image."""
         import torch
 
-        kind = category_kind(category)
-        if kind not in self.models:
-            return None  # no model for this category: no pose, never another category's skeleton
         model, edges, ds, processor = self.models[kind]
-        H, W = image.shape[:2]
-        x, y, w, h = (float(v) for v in box)
-        x0, y0, x1, y1 = max(0.0, x), max(0.0, y), min(float(W), x + w), min(float(H), y + h)
-        if x1 - x0 < 2 or y1 - y0 < 2:
-            return None
-        boxes = [[[x0, y0, x1 - x0, y1 - y0]]]
+        boxes = [[[x0, y0, x1 - x0, y1 - y0] for x0, y0, x1, y1 in crops]]
         px = official_pixels(processor, [image], self.device, self.dtype, boxes=boxes)
-        kwargs = {} if ds is None else {"dataset_index": torch.tensor([ds], device=self.device)}
+        kwargs = {} if ds is None else {"dataset_index": torch.full((len(crops),), ds, device=self.device)}
         with torch.inference_mode():
             out = model(pixel_values=px, **kwargs)
         out.heatmaps = out.heatmaps.float()
-        res = processor.post_process_pose_estimation(out, boxes=boxes)[0][0]
-        xy = res["keypoints"].numpy().astype(np.float64)
-        conf = res["scores"].numpy().astype(np.float64).reshape(-1)
-        # a landmark outside the object's box is a detection error, not a body part
-        xy[:, 0] = np.clip(xy[:, 0], x0, x1 - 1e-6)
-        xy[:, 1] = np.clip(xy[:, 1], y0, y1 - 1e-6)
-        conf = np.where(conf >= self.min_conf, conf, 0.0)
-        return Keypoints(xy=xy.astype(np.float32), conf=conf.astype(np.float32), edges=list(edges))
+        found = []
+        for (x0, y0, x1, y1), res in zip(crops, processor.post_process_pose_estimation(out, boxes=boxes)[0]):
+            xy = res["keypoints"].numpy().astype(np.float64)
+            conf = res["scores"].numpy().astype(np.float64).reshape(-1)
+            # a landmark outside the object's box is a detection error, not a body part
+            xy[:, 0] = np.clip(xy[:, 0], x0, x1 - 1e-6)
+            xy[:, 1] = np.clip(xy[:, 1], y0, y1 - 1e-6)
+            conf = np.where(conf >= self.min_conf, conf, 0.0)
+            found.append(Keypoints(xy=xy.astype(np.float32), conf=conf.astype(np.float32), edges=list(edges)))
+        return found

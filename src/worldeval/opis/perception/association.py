@@ -88,29 +88,113 @@ def geometric_gate(proj_box, obs_box, frame_shape, tol_frac: float = 0.05) -> bo
     return 0.6 <= r <= 1.67
 
 
+def geometric_gates_for(proj_box, obs_boxes: np.ndarray, frame_shape, tol_frac: float = 0.05) -> np.ndarray:
+    """`geometric_gate` of one projected box against every observation box (m x 4 x, y, w, h) at once:
+    the same float64 arithmetic, element by element."""
+    b = np.asarray(obs_boxes, np.float64).reshape(-1, 4)
+    if proj_box is None:
+        return np.zeros(len(b), bool)
+    px, py, pw, ph = proj_box
+    ox, oy, ow, oh = b.T
+    cx, cy = ox + ow / 2, oy + oh / 2
+    margin = tol_frac * float(np.hypot(*frame_shape))
+    dx = np.abs(cx - (px + pw / 2)) - (pw / 2 + 0.5 * pw)
+    dy = np.abs(cy - (py + ph / 2)) - (ph / 2 + 0.5 * ph)
+    r = np.sqrt(np.maximum(ow * oh, 1.0) / max(pw * ph, 1.0))
+    return ~(np.maximum(dx, dy) > margin) & (0.6 <= r) & (r <= 1.67)
+
+
 def likeness_matrix(structure: np.ndarray, keypoints: np.ndarray | None, propagation: np.ndarray | None = None) -> np.ndarray:
     """Evidence that observation j is instance i itself: the largest of structure, keypoint and propagation evidence."""
     like = structure if keypoints is None else np.fmax(structure, keypoints)
     return like if propagation is None else np.fmax(like, propagation)
 
 
-def _evidence(s_e: float, structure, keypoints, i: int, j: int, propagation=None) -> tuple[float, float]:
-    """(weighted sum, weight) of the appearance, structure, keypoint and propagation terms present for pair (i, j)."""
-    num, den = _evidence_no_propagation(s_e, structure, keypoints, i, j)
-    if propagation is not None and np.isfinite(propagation[i, j]):
-        num, den = num + W_PROPAGATION * float(propagation[i, j]), den + W_PROPAGATION
-    return num, den
+def eligibility(like: np.ndarray, floors, gates: np.ndarray | None, provenance: np.ndarray | None,
+                foreign_min_appearance: float) -> np.ndarray:
+    """n x m: pair (i, j) has enough likeness (`like`: the likeness matrix, or the embedding cosine without
+    one) for instance i's floor, clearer likeness when j was found for another instance, and an open gate.
+
+    The whole matrix at once; every comparison in `like`'s own dtype, as a pair at a time compared
+    its element with a Python float."""
+    n, m = like.shape
+    floors = np.asarray(floors, dtype=like.dtype).reshape(n, 1)
+    with np.errstate(invalid="ignore"):
+        ok = np.isfinite(like) & ~(like < floors)
+        if provenance is not None:
+            # found while searching for someone else: it is ours only if it resembles us clearly,
+            # and more than it resembles the instance(s) it was found for
+            prov = np.asarray(provenance, bool)
+            owners = np.where(prov, like, np.nan).astype(like.dtype)
+            owned = prov.any(0) & np.isfinite(owners).any(0)
+            best_owner = np.full(m, np.nan, like.dtype)
+            best_owner[owned] = np.nanmax(owners[:, owned], axis=0)
+            foreign_min = like.dtype.type(foreign_min_appearance)
+            ok &= prov | ~((like < foreign_min) | (like <= best_owner[None, :]))
+    if gates is not None:
+        ok &= np.asarray(gates, bool)
+    return ok
 
 
-def _evidence_no_propagation(s_e: float, structure, keypoints, i: int, j: int) -> tuple[float, float]:
+def evidence_sums(sim: np.ndarray, structure, keypoints, propagation=None) -> tuple[np.ndarray, np.ndarray]:
+    """n x m (weighted sum, weight) of the appearance, structure, keypoint and propagation terms each pair has.
+
+    In float64 and in the order a pair at a time added them (Python floats are IEEE doubles), so every
+    element equals that pair's own sum."""
+    s_e = np.asarray(sim, np.float64)
+    fin = np.isfinite(s_e)
+    pos = np.where(fin, np.maximum(0.0, np.where(fin, s_e, 0.0)), 0.0)
     if structure is None:
-        return (W_EMBED * max(0.0, float(s_e)), W_EMBED) if np.isfinite(s_e) else (0.0, 0.0)
-    num, den = W_STRUCT * float(structure[i, j]), W_STRUCT
-    if np.isfinite(s_e):
-        num, den = num + W_EMBED_WITH_STRUCT * max(0.0, float(s_e)), den + W_EMBED_WITH_STRUCT
-    if keypoints is not None and np.isfinite(keypoints[i, j]):
-        num, den = num + W_KEYPOINTS * float(keypoints[i, j]), den + W_KEYPOINTS
+        num = np.where(fin, W_EMBED * pos, 0.0)
+        den = np.where(fin, W_EMBED, 0.0)
+    else:
+        num = W_STRUCT * np.asarray(structure, np.float64)
+        den = np.full(num.shape, W_STRUCT)
+        num = np.where(fin, num + W_EMBED_WITH_STRUCT * pos, num)
+        den = np.where(fin, den + W_EMBED_WITH_STRUCT, den)
+        if keypoints is not None:
+            num, den = _add_term(num, den, keypoints, W_KEYPOINTS)
+    if propagation is not None:
+        num, den = _add_term(num, den, propagation, W_PROPAGATION)
     return num, den
+
+
+def _add_term(num: np.ndarray, den: np.ndarray, values, weight: float) -> tuple[np.ndarray, np.ndarray]:
+    """`weight * values` added where the values are finite."""
+    v = np.asarray(values, np.float64)
+    fin = np.isfinite(v)
+    return np.where(fin, num + weight * np.where(fin, v, 0.0), num), np.where(fin, den + weight, den)
+
+
+def _label_terms(num, den, ok, ref_attrs, obs_attrs, ref_categories, obs_categories) -> None:
+    """Attribute and category agreement added (in place) to the eligible pairs that have them: only
+    observations with attributes or a category can (a search find has neither)."""
+    seen: dict = {}
+    for j in range(num.shape[1]):
+        if not (obs_attrs[j] or obs_categories[j]):
+            continue
+        for i in np.flatnonzero(ok[:, j]):
+            n_, d_ = float(num[i, j]), float(den[i, j])
+            s_a = attribute_similarity(ref_attrs[i], obs_attrs[j]) if ref_attrs[i] and obs_attrs[j] else None
+            if s_a is not None:
+                n_, d_ = n_ + W_ATTR * s_a, d_ + W_ATTR
+            key = (ref_categories[i], obs_categories[j])
+            if key not in seen:
+                seen[key] = category_similarity(*key)
+            if seen[key] is not None:
+                n_, d_ = n_ + W_CAT * seen[key], d_ + W_CAT
+            num[i, j], den[i, j] = n_, d_
+
+
+def affinity_matrix(like, sim, floors, gates, provenance, foreign_min_appearance, structure, keypoints, propagation,
+                    ref_attrs, obs_attrs, ref_categories, obs_categories) -> np.ndarray:
+    """n x m weighted mean of the evidence each eligible pair has (attributes, category, structure,
+    keypoints, appearance, propagation; weights renormalised), NaN where the pair is not eligible."""
+    ok = eligibility(like, floors, gates, provenance, foreign_min_appearance)
+    num, den = evidence_sums(sim, structure, keypoints, propagation)
+    _label_terms(num, den, ok, ref_attrs, obs_attrs, ref_categories, obs_categories)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(ok, num / np.where(ok, den, 1.0), np.nan)
 
 
 def associate(
@@ -155,12 +239,10 @@ def associate(
         b = obs_emb / (np.linalg.norm(obs_emb, axis=1, keepdims=True) + 1e-12)
         sim = a @ b.T
     like = sim if structure is None else likeness_matrix(structure, keypoints, propagation)
-    for i in range(n):
-        floor = min_appearance if instance_min_appearance is None else max(min_appearance, instance_min_appearance[i])
-        for j in range(m):
-            if _eligible(like, i, j, floor, provenance, foreign_min_appearance) and (gates is None or gates[i, j]):
-                num, den = _evidence(sim[i, j], structure, keypoints, i, j, propagation)
-                aff[i, j] = _affinity(num, den, ref_attrs[i], obs_attrs[j], ref_categories[i], obs_categories[j])
+    floors = [min_appearance if instance_min_appearance is None else max(min_appearance, instance_min_appearance[i])
+              for i in range(n)]
+    aff = affinity_matrix(like, sim, floors, gates, provenance, foreign_min_appearance, structure, keypoints, propagation,
+                          ref_attrs, obs_attrs, ref_categories, obs_categories)
     cost = np.where(np.isfinite(aff), -aff, 1e3)
     rows, cols = linear_sum_assignment(cost)
     match: list[int | None] = [None] * n
@@ -175,35 +257,6 @@ def associate(
         if ambiguous[i]:
             match[i] = None
     return Association(aff, sim, match, ambiguous, like)
-
-
-def _eligible(sim, i, j, floor, provenance, foreign_min_appearance) -> bool:
-    """Pair (i, j) has enough likeness (`sim`: the likeness matrix, or the embedding cosine without one),
-    and clearer likeness when j was found for another instance."""
-    s_e = sim[i, j]
-    if not np.isfinite(s_e) or s_e < floor:
-        return False
-    if provenance is not None and not provenance[i, j]:
-        # found while searching for someone else: it is ours only if it resembles us clearly,
-        # and more than it resembles the instance(s) it was found for
-        owners = sim[provenance[:, j], j]
-        if s_e < foreign_min_appearance or (len(owners) and s_e <= np.nanmax(owners)):
-            return False
-    return True
-
-
-def _affinity(num, den, ref_attrs, obs_attrs, ref_category, obs_category) -> float:
-    """Weighted mean of the evidence the pair has (`num / den` so far from `_evidence`; attributes,
-    category), weights renormalised."""
-    s_a = attribute_similarity(ref_attrs, obs_attrs) if ref_attrs and obs_attrs else None
-    if s_a is not None:
-        num += W_ATTR * s_a
-        den += W_ATTR
-    s_c = category_similarity(ref_category, obs_category)
-    if s_c is not None:
-        num += W_CAT * s_c
-        den += W_CAT
-    return num / den
 
 
 def _prefer_followed(aff, match, followed, *, threshold, margin) -> None:
@@ -227,7 +280,10 @@ def _ambiguous(aff, match, obs_boxes, *, threshold, margin, distinct_iou, follow
     instance is not ambiguous with a look-alike elsewhere (a pasted copy): the mask followed the
     object from I0 through every frame in between, where a search find judges one frame alone."""
     n, m = aff.shape
-    assigned_obs = {c for c in match if c is not None}
+    assigned = np.zeros(m, bool)
+    assigned[[c for c in match if c is not None]] = True
+    unmatched = np.array([c is None for c in match], bool)
+    finite = np.isfinite(aff)
     ambiguous = [False] * n
     for i, j in enumerate(match):
         if j is None:
@@ -235,17 +291,17 @@ def _ambiguous(aff, match, obs_boxes, *, threshold, margin, distinct_iou, follow
         best = aff[i, j]
         # another, spatially distinct observation almost as good for this instance (a followed
         # mask has no such rival)
-        rivals = range(m) if followed is None or not followed[i, j] else ()
-        for j2 in rivals:
-            if j2 == j or not np.isfinite(aff[i, j2]) or aff[i, j2] < best - margin:
-                continue
-            if box_iou(obs_boxes[j], obs_boxes[j2]) < distinct_iou and j2 not in assigned_obs:
+        if followed is None or not followed[i, j]:
+            close = finite[i] & (np.where(finite[i], aff[i], -np.inf) >= best - margin) & ~assigned
+            close[j] = False
+            if any(box_iou(obs_boxes[j], obs_boxes[j2]) < distinct_iou for j2 in np.flatnonzero(close)):
                 ambiguous[i] = True
-                break
         # another instance, left without a match, that wants this observation almost as much
-        for i2 in range(n):
-            if i2 == i or match[i2] is not None or not np.isfinite(aff[i2, j]):
-                continue
-            if aff[i2, j] >= best - margin and aff[i2, j] >= threshold:
-                ambiguous[i] = ambiguous[i2] = True
+        col = np.where(finite[:, j], aff[:, j], -np.inf)
+        rivals = unmatched & finite[:, j] & (col >= best - margin) & (col >= threshold)
+        rivals[i] = False
+        if rivals.any():
+            ambiguous[i] = True
+            for i2 in np.flatnonzero(rivals):
+                ambiguous[int(i2)] = True
     return ambiguous

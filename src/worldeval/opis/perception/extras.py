@@ -30,16 +30,54 @@ UNACCOUNTED = (P.OCCLUDED, P.OUT_OF_VIEW, P.UNKNOWN, P.TOO_SMALL)  # reference s
 WHOLE = 0.85  # completeness a strong find needs to count as a copy on its own
 
 
-def same_place(a: np.ndarray, b: np.ndarray, allow_inside_larger: bool = False, inside: float = 0.2) -> bool:
+class MaskStats:
+    """Bounding box and pixel count of each mask asked about, computed once per mask (one frame's worth).
+
+    A candidate extra is compared with every matched mask and every projected place: with 50 objects
+    thousands of whole-frame comparisons a frame, most of them of masks whose boxes do not even meet.
+    """
+
+    def __init__(self):
+        self._seen: dict[int, tuple] = {}
+
+    def __call__(self, mask: np.ndarray) -> tuple[tuple[int, int, int, int], int]:
+        import cv2
+
+        hit = self._seen.get(id(mask))
+        if hit is None or hit[0] is not mask:
+            x, y, w, h = cv2.boundingRect(mask.view(np.uint8))
+            # the mask is kept with its figures: its id cannot be reused by another mask meanwhile
+            hit = self._seen[id(mask)] = (mask, (x, y, x + w, y + h), int(np.count_nonzero(mask)))
+        return hit[1], hit[2]
+
+    def overlap(self, a: np.ndarray, b: np.ndarray) -> int:
+        """Pixels in both masks, counted inside the intersection of their boxes."""
+        (ax0, ay0, ax1, ay1), _ = self(a)
+        (bx0, by0, bx1, by1), _ = self(b)
+        x0, y0, x1, y1 = max(ax0, bx0), max(ay0, by0), min(ax1, bx1), min(ay1, by1)
+        if x1 <= x0 or y1 <= y0:
+            return 0
+        return int(np.count_nonzero(a[y0:y1, x0:x1] & b[y0:y1, x0:x1]))
+
+
+def same_place(a: np.ndarray, b: np.ndarray, allow_inside_larger: bool = False, inside: float = 0.2,
+               stats: MaskStats | None = None) -> bool:
     """Mask `a` (a candidate extra) can be explained by `b` (a matched object or a projected place).
 
     IoU > 0.3, or more than `inside` of `a` within `b`; with `allow_inside_larger`, not inside a `b`
     at least three times larger: a copy standing on a table lies inside the table's mask without being it.
+    `stats` (bool masks of one frame): the same counts from each mask's box, computed once per mask.
     """
-    inter = float((a & b).sum())
-    if inter == 0:
-        return False
-    sa, sb = float(a.sum()), float(b.sum())
+    if stats is not None and a.dtype == bool and b.dtype == bool:
+        inter = float(stats.overlap(a, b))
+        if inter == 0:
+            return False
+        sa, sb = float(stats(a)[1]), float(stats(b)[1])
+    else:
+        inter = float((a & b).sum())
+        if inter == 0:
+            return False
+        sa, sb = float(a.sum()), float(b.sum())
     if inter / (sa + sb - inter) > 0.3:
         return True
     return inter / sa > inside and not (allow_inside_larger and sb >= 3.0 * sa)
@@ -60,7 +98,7 @@ def _in_seen_region(o, seen, shape) -> bool:
     return bool(seen[cy, cx]) and o.mask.sum() > 0
 
 
-def _explained(st, j: int, i_best: int, strong: bool, matched: set, conf: float, config) -> bool:
+def _explained(st, j: int, i_best: int, strong: bool, matched: set, conf: float, config, stats: MaskStats | None = None) -> bool:
     """The candidate is a piece of a matched object, lies at a projected place, or may be an
     instance that is not accounted for (unless it clearly looks like another one)."""
     o, obs, sim = st.obs[j], st.obs, st.assoc.similarity
@@ -69,10 +107,10 @@ def _explained(st, j: int, i_best: int, strong: bool, matched: set, conf: float,
     # The label of the object's own propagated mask can spread onto a look-alike beside it: a copy
     # there lies partly inside the mask, a piece of the object mostly (more than half).
     own = st.assoc.match[i_best]
-    if any(same_place(o.mask, obs[k].mask, strong and k != own, 0.5 if k == own and obs[k].route == ROUTE_PROPAGATED else 0.2)
-           for k in matched):
+    if any(same_place(o.mask, obs[k].mask, strong and k != own, 0.5 if k == own and obs[k].route == ROUTE_PROPAGATED else 0.2,
+                      stats) for k in matched):
         return True
-    if any(pr is not None and pr.mask is not None and same_place(o.mask, pr.mask, strong and i != i_best)
+    if any(pr is not None and pr.mask is not None and same_place(o.mask, pr.mask, strong and i != i_best, stats=stats)
            for i, pr in enumerate(st.projs)):
         return True
     for i in range(st.n):
@@ -123,6 +161,7 @@ def search_extras(st, seen, config) -> None:
         return
     assoc, sim = st.assoc, st.assoc.similarity
     matched = {j for j in assoc.match if j is not None}
+    stats = MaskStats()
     for j, o in enumerate(st.obs):
         # a propagated mask is a reference instance carried forward, never a new object
         if j in matched or o.route in (ROUTE_PROJECTION, ROUTE_PROPAGATED) or not _in_seen_region(o, seen, st.shape):
@@ -146,7 +185,7 @@ def search_extras(st, seen, config) -> None:
         # a weak find counts only as a second copy of an object matched elsewhere in the frame
         if not strong and (st.appearance[i_best] is None or conf < st.appearance[i_best] - config.extra_margin):
             continue
-        if _explained(st, j, i_best, strong, matched, conf, config):
+        if _explained(st, j, i_best, strong, matched, conf, config, stats):
             continue
         if any(box_iou(o.box, st.obs[k].box) > 0.3 for k in st.extras):
             continue

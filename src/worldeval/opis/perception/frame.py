@@ -58,6 +58,7 @@ class FrameState:
     neighbours: list[np.ndarray] = field(default_factory=list)  # video frames next to this one (motion proposals)
     propagated: object | None = None  # propagation.PropagatedFrame of this frame, when the stage ran
     propagation: dict[int, object] = field(default_factory=dict)  # instance -> PropagationEvidence, verified or not
+    propagated_obs: list[Observation] | None = None  # the propagated masks as observations (`propagated_finds`)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -106,8 +107,31 @@ def checks(backend: Backend, judge=None) -> dict[str, bool]:
     }
 
 
-def observe(st: FrameState, backend: Backend) -> None:
-    st.obs = list(backend.segmenter.observe(st.frame, st.bank.categories, reference=st.bank))
+def observe(st: FrameState, backend: Backend, config: EvalConfig | None = None) -> None:
+    followed = followed_instances(st, backend.segmenter, config)
+    kwargs = {"followed": followed} if followed else {}
+    st.obs = list(backend.segmenter.observe(st.frame, st.bank.categories, reference=st.bank, **kwargs))
+
+
+def propagated_finds(st: FrameState, config: EvalConfig) -> list[Observation]:
+    """The frame's propagated masks as observations, verified or not (computed once per frame)."""
+    from worldeval.opis.perception.propagation import propagated_observations
+
+    if st.propagated_obs is None:
+        st.propagated_obs = [] if st.propagated is None else propagated_observations(
+            st.bank, st.frame, st.propagated, config.propagation_mask_threshold)
+    return st.propagated_obs
+
+
+def followed_instances(st: FrameState, segmenter, config: EvalConfig | None) -> set[int]:
+    """Instances whose verified propagated mask stands for them in this frame, for a segmenter that then
+    searches only for the others (`searches_lost_only`: the classical backend's search=lost); empty else."""
+    from worldeval.opis.perception.propagation import verified
+
+    if config is None or st.propagated is None or not getattr(segmenter, "searches_lost_only", False):
+        return set()
+    id_index = {k: i for i, k in enumerate(st.bank.ids)}
+    return {id_index[o.found_for[0]] for o in propagated_finds(st, config) if verified(o.propagation, config)}
 
 
 def propose_moving(st: FrameState, backend: Backend) -> None:
@@ -124,12 +148,12 @@ def propose_moving(st: FrameState, backend: Backend) -> None:
 
 def propagate(st: FrameState, config: EvalConfig) -> None:
     """Verified propagated masks join the observations; association weighs them against the search finds."""
-    from worldeval.opis.perception.propagation import propagated_observations, verified
+    from worldeval.opis.perception.propagation import verified
 
     if st.propagated is None:
         return
     id_index = {k: i for i, k in enumerate(st.bank.ids)}
-    for o in propagated_observations(st.bank, st.frame, st.propagated, config.propagation_mask_threshold):
+    for o in propagated_finds(st, config):
         st.propagation[id_index[o.found_for[0]]] = o.propagation
         if not verified(o.propagation, config):
             continue
@@ -178,7 +202,7 @@ def measure_frame(bank: ReferenceBank, frame: np.ndarray, backend: Backend, conf
     st = FrameState(bank=bank, frame=frame, index=index, neighbours=list(neighbours or []), propagated=propagated)
     with timer("observation"):
         if observations is None:
-            observe(st, backend)
+            observe(st, backend, config)
         else:
             st.obs = list(observations)
         propose_moving(st, backend)

@@ -12,7 +12,7 @@ import numpy as np
 
 from worldeval.opis.backends.base import ROUTE_MOVING, ROUTE_PROJECTION, ROUTE_PROPAGATED, AppearanceEmbedder
 from worldeval.opis.perception import projection as P
-from worldeval.opis.perception.association import associate, geometric_gate
+from worldeval.opis.perception.association import associate, geometric_gates_for
 from worldeval.opis.backends.efficientnet import cosine
 from worldeval.opis.perception.likeness import structure_similarity
 from worldeval.opis.perception.places import keypoint_support, support_needed
@@ -23,17 +23,24 @@ def geometric_gates(st, config) -> np.ndarray:
     """n x m: a static instance the camera places may only match observations where it is projected."""
     bank, obs, n = st.bank, st.obs, st.n
     gates = np.ones((n, len(obs)), bool)
+    if not obs or not st.cam.reliable:
+        return gates
     id_index = {k: i for i, k in enumerate(bank.ids)}
+    boxes = np.array([o.box for o in obs], np.float64).reshape(-1, 4)
+    # each propagated mask's own instance (-1: none)
+    owner = np.array([id_index.get(o.found_for[0] if o.found_for else None, -1) if o.route == ROUTE_PROPAGATED else -1
+                      for o in obs])
     for i in range(n):
-        if bank.tracks[i] != "static" or not st.cam.reliable:
+        if bank.tracks[i] != "static":
             continue
         pr = st.projs[i]
-        for j, o in enumerate(obs):
-            placed = pr is not None and geometric_gate(pr.box, o.box, st.shape, config.gate_tolerance)
-            # mostly outside the frame by the camera, its own propagated mask at the part still in
-            # view establishes that it is seen (a frame-filling couch under a zoom-in)
-            own = o.route == ROUTE_PROPAGATED and id_index.get(o.found_for[0] if o.found_for else None) == i
-            gates[i, j] = placed and (pr.state != P.OUT_OF_VIEW or own)
+        if pr is None:
+            gates[i] = False
+            continue
+        # mostly outside the frame by the camera, its own propagated mask at the part still in
+        # view establishes that it is seen (a frame-filling couch under a zoom-in)
+        seen = (owner == i) if pr.state == P.OUT_OF_VIEW else True
+        gates[i] = geometric_gates_for(pr.box, boxes, st.shape, config.gate_tolerance) & seen
     return gates
 
 

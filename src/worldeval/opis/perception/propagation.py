@@ -42,6 +42,9 @@ class PropagatedFrame:
     reference: "PropagationReference | None" = None  # I0's side, which verification compares with
     part_floor: float | None = None  # the features' `part_floor`: the part match a search find needs where propagation lost its instance
     carried: np.ndarray | None = None  # K x h x w: the part of each instance's label carried along its own track
+    # the feature cells of observation masks already compared (`mask_cells`): each mask is compared
+    # with many instances, and resizing it to the feature grid cost more than the comparison
+    cells: dict = field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass
@@ -51,10 +54,20 @@ class PropagationReference:
     features: np.ndarray  # h0 x w0 x C
     labels: np.ndarray  # (K + 1) x h0 x w0
     mass: np.ndarray  # K: each instance's label mass as a share of the frame
+    # feature rows of I0's cells by label channel (`label_features`), gathered once per case
+    _rows: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def n(self) -> int:
         return self.labels.shape[0] - 1
+
+    def label_features(self, channel: int) -> np.ndarray:
+        """Features (cells x C) of I0's cells whose label `channel` exceeds 0.5 (0: the background, k + 1: instance k)."""
+        rows = self._rows.get(channel)
+        if rows is None:
+            f0 = self.features.reshape(-1, self.features.shape[-1])
+            rows = self._rows[channel] = f0[self.labels[channel].reshape(-1) > 0.5]
+        return rows
 
 
 def reference_labels(masks: list[np.ndarray], h: int, w: int) -> np.ndarray:
@@ -257,19 +270,17 @@ def object_share(ref: PropagationReference, feats: np.ndarray, cells: np.ndarray
     that filling resembles its surround in this frame more than any part of I0's object, while a real
     object differs from its surround, or it could not be segmented in the first place.
     """
-    f0 = ref.features.reshape(-1, ref.features.shape[-1])
-    obj = ref.labels[k + 1].reshape(-1) > 0.5
-    bg = ref.labels[BACKGROUND].reshape(-1) > 0.5
-    if not cells.any() or not obj.any():
+    obj, bg = ref.label_features(k + 1), ref.label_features(BACKGROUND)
+    if not cells.any() or not len(obj):
         return 0.0
     around = feats[surround(cells, labels[BACKGROUND] > 0.5)] if labels is not None else feats[:0]
-    if not bg.any() and not len(around):
+    if not len(bg) and not len(around):
         return 1.0
     q = feats[cells]
-    best_obj = (q @ f0[obj].T).max(1)
+    best_obj = (q @ obj.T).max(1)
     best_bg = np.full(len(q), -np.inf, np.float32)
-    if bg.any():
-        best_bg = (q @ f0[bg].T).max(1)
+    if len(bg):
+        best_bg = (q @ bg.T).max(1)
     if len(around):
         best_bg = np.maximum(best_bg, (q @ around.T).max(1))
     return float((best_obj > best_bg).mean())
@@ -281,22 +292,35 @@ def part_match(pf: "PropagatedFrame", mask: np.ndarray, k: int) -> float | None:
     A part-level likeness: every part of the object now is compared with the part of I0's object it
     resembles most, so a turning object whose parts stay the same keeps a high value where one pooled
     descriptor of the whole crop does not (a car seen from the front and then from the side)."""
-    import cv2
-
     ref = pf.reference
     if ref is None:
         return None
+    q = mask_cells(pf, mask)
+    obj = ref.label_features(k + 1)
+    if q is None or not len(obj):
+        return None
+    return float((q @ obj.T).max(1).mean())
+
+
+def mask_cells(pf: "PropagatedFrame", mask: np.ndarray) -> np.ndarray | None:
+    """Features (cells x C) of the frame's feature cells `mask` covers more than half (an object smaller
+    than a cell: the cell it covers most); None when it covers none. Kept per mask for the frame."""
+    import cv2
+
+    hit = pf.cells.get(id(mask))
+    if hit is not None and hit[0] is mask:
+        return hit[1]
     h, w = pf.features.shape[:2]
     cover = cv2.resize(mask.astype(np.float32), (w, h), interpolation=cv2.INTER_AREA)
     cells = cover > 0.5
-    if not cells.any():
-        if cover.max() <= 0:
-            return None
-        cells = cover >= cover.max()  # an object smaller than a cell: the cell it covers most
-    obj = ref.labels[k + 1] > 0.5
-    if not obj.any():
-        return None
-    return float((pf.features[cells] @ ref.features[obj].T).max(1).mean())
+    q = None
+    if cells.any():
+        q = pf.features[cells]
+    elif cover.max() > 0:
+        q = pf.features[cover >= cover.max()]
+    # the mask is kept with its cells: its id cannot be reused by another mask while the entry lives
+    pf.cells[id(mask)] = (mask, q)
+    return q
 
 
 def propagated_observations(bank, frame: np.ndarray, pf: PropagatedFrame, threshold: float = 0.5) -> list[Observation]:
@@ -319,7 +343,11 @@ def propagated_observations(bank, frame: np.ndarray, pf: PropagatedFrame, thresh
     ups = [cv2.resize(pf.labels[k + 1], (W, H), interpolation=cv2.INTER_LINEAR) if (pf.labels[k + 1] > 0.5).any() else None
            for k in range(n)]
     live = [u for u in ups if u is not None]
-    top = np.max(live, axis=0) if len(live) > 1 else None
+    top = None
+    if len(live) > 1:  # in place: np.max over the list stacks K frame-sized copies first
+        top = live[0].copy()
+        for u in live[1:]:
+            np.maximum(top, u, out=top)
     for k in range(n):
         up = ups[k]
         if up is None:
