@@ -10,6 +10,7 @@ rollout, which the score JSON does not carry, come from scoring's frame rules
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from pathlib import Path
 from typing import Any, Callable
@@ -233,16 +234,24 @@ def _frame_strip(record: dict, video: Path | None, k: int, thumb_side: int, note
     return strip
 
 
+@functools.lru_cache(maxsize=8)
+def _case_dirs_by_id(dataset: Path) -> dict[str, Path]:
+    """Every case folder of a dataset by id, found once per report (the authors' layout needs a walk)."""
+    from worldeval.opis.case import CaseError, iter_case_dirs
+
+    try:
+        return {d.name: d for d in iter_case_dirs(dataset)}
+    except CaseError:
+        return {}
+
+
 def _case_in(dataset: Path, case_id: str) -> Path | None:
     """The case folder of `case_id` in a dataset of ours (`<case_id>/`) or the authors' (`final/<sub>/<case_id>/`)."""
-    from worldeval.opis.case import CaseError, is_case_dir, iter_case_dirs
+    from worldeval.opis.case import is_case_dir
 
     if is_case_dir(dataset / case_id):
         return dataset / case_id
-    try:
-        return next((d for d in iter_case_dirs(dataset) if d.name == case_id), None)
-    except CaseError:
-        return None
+    return _case_dirs_by_id(dataset).get(case_id)
 
 
 def _locate(run: OpisRun, record: dict | None, model: str, case_id: str) -> tuple[Path | None, Path | None]:
