@@ -82,7 +82,7 @@ def make_dataset(root: Path, n_items: int) -> tuple[Path, Path]:
 
 def run_worldeval(base_url: str, ds: Path, outs: Path, run: Path, concurrency: int, profile: str | None) -> tuple[float, int]:
     from worldeval.judge import JudgeCache, JudgeClient, JudgeConfig
-    from worldeval.worldcast.judging import run_judge
+    from worldeval.worldcast.judging.run import run_judge
 
     cfg = JudgeConfig(model="bench-judge", base_url=base_url, api_key="k", concurrency=concurrency, preflight=True)
     client = JudgeClient(cfg, JudgeCache(run / "judge_cache.sqlite"))

@@ -51,7 +51,7 @@ def test_registered_names_and_gpu_needs():
     assert {"classical", "hf"} <= set(registry.names())
     assert registry.needs_gpu("hf", "cuda") and not registry.needs_gpu("classical", "cuda:0")
     assert not registry.needs_gpu("hf", "cpu")
-    from worldeval.executor import default_resources
+    from worldeval.opis.run import default_resources
 
     assert default_resources("hf", "cuda") == {"num_cpus": 1, "num_gpus": 1}
     assert default_resources("classical", "cuda") == {"num_cpus": 1}

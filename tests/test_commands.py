@@ -71,7 +71,7 @@ def test_output_exit_status_and_missing_program(tmp_path):
 def test_both_callers_use_the_shared_runner(tmp_path):
     """`worldcast generate --command` and the `command` producer both go through `commands.run_command`."""
     from worldeval.opis.producers import command as producer
-    from worldeval.worldcast import generate
+    from worldeval.worldcast.generation import generate
 
     assert generate.run_command is commands.run_command and generate.CommandTimeout is CommandTimeout
     assert producer.run_command is commands.run_command and producer.CommandTimeout is CommandTimeout

@@ -156,6 +156,7 @@ def test_a_strong_template_find_is_a_copy_only_with_the_objects_structure(likene
         return Observation(mask=m, box=(float(cols.start), 40.0, 60.0, 60.0), route=ROUTE_TEMPLATE, score=0.9,
                            completeness=1.0, found_for=["a"])
     st = SimpleNamespace(
+        bank=SimpleNamespace(boxes=[(30.0, 40.0, 60.0, 60.0)]),  # a 60 x 60 object: its template is not small
         obs=[obs(slice(30, 90)), obs(slice(120, 180))], n=1, shape=(H, W), projs=[None], extras=[],
         visibility=[P.EXPECTED], appearance=[0.85],
         assoc=SimpleNamespace(match=[0], similarity=np.array([[0.85, 0.8]]), likeness=np.array([[0.95, likeness]])),

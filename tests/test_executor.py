@@ -10,20 +10,30 @@ from pathlib import Path
 
 import pytest
 
+from worldeval.errors import InputError
 from worldeval.executor import ExecutorStalled, ItemError, ItemTimeout, WorkerCrashed, run_items, worker_cache
 
 
-class ThreeArgError(Exception):
-    """Like CaseError: its __init__ takes several arguments, so it does not survive pickle by itself."""
+class ThreeArgError(InputError):
+    """Like CaseError: bad input naming file and field, whose __init__ takes several arguments, so it
+    does not survive pickle by itself."""
 
-    def __init__(self, file, field, message):
-        self.file, self.field, self.reason = file, field, message
-        super().__init__(f"{file}: {field}: {message}")
+
+class NamedButNotInput(Exception):
+    """Carries `file`/`field`/`reason` attributes without being an InputError: the executor does not probe for them."""
+
+    def __init__(self):
+        self.file, self.field, self.reason = "/x.json", "f", "bare reason"
+        super().__init__("full message")
 
 
 def square(x: int) -> int:
     time.sleep(0.01)
     return x * x
+
+
+def raise_named(x: int) -> int:
+    raise NamedButNotInput()
 
 
 def fail_on_three(x: int) -> int:
@@ -112,6 +122,12 @@ def test_item_error_is_recorded_with_file_and_field_and_run_goes_on():
     assert {k: v for k, v in got.items() if k != 3} == {x: x * x for x in range(6) if x != 3}
 
 
+def test_only_an_input_error_names_file_and_field():
+    summary = run_items(raise_named, [1], workers=0)
+    assert summary.results[0].to_record() == {"file": None, "field": None, "message": "full message",
+                                              "type": "NamedButNotInput"}
+
+
 def test_unpicklable_result_is_an_item_error_not_a_crash():
     got, summary = _collect(unpicklable_result, [1, 2], workers=1)
     assert summary.failed == 2 and summary.crashed == 0 and summary.pool_restarts == 0
@@ -142,6 +158,8 @@ def test_poison_item_is_pinned_on_itself_not_its_neighbours():
     got, summary = _collect(die_always_on_two, range(6), workers=2, crash_retries=1)
     assert isinstance(got[2], WorkerCrashed)
     assert "alone in its worker" in got[2].message
+    # the pool's worker processes are known (local.Pool keeps them), so their exit codes are reported
+    assert "exit codes [" in got[2].message and "exit codes []" not in got[2].message
     assert {k: v for k, v in got.items() if k != 2} == {x: x * x for x in range(6) if x != 2}
     assert summary.crashed == 1 and summary.pool_restarts == 2
 
@@ -247,3 +265,21 @@ def test_worker_dying_between_items_costs_no_item():
     summary = run_items(die_after_return, range(3), workers=1, on_result=on_result, crash_retries=0)
     assert got == {0: 0, 1: 1, 2: 4}
     assert summary.pool_restarts == 1 and summary.failed == 0
+
+
+def test_the_executor_imports_no_benchmark():
+    """The executor is core: a caller passes what it needs (e.g. `resources`), it never reaches into opis or worldcast."""
+    import ast
+
+    root = Path(__file__).resolve().parents[1] / "src" / "worldeval" / "executor"
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            else:
+                continue
+            found += [f"{path.name}: {n}" for n in names if n.startswith(("worldeval.opis", "worldeval.worldcast"))]
+    assert not found, found

@@ -14,15 +14,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from worldeval.errors import CaseError, InputError
 from worldeval.media import MediaError, decode_frames, write_video
-from worldeval.opis.case import CaseError, Geometry, default_intrinsics, encode_rle, load_case, write_case
+from worldeval.opis.case import Geometry, default_intrinsics, encode_rle, load_case, write_case
 
 # case id -> (file that should be named, field, words the message must contain)
 BAD_CASES = {
-    "bad_truncated_video": ("bad_truncated_video.mp4", None, ""),
-    "bad_empty_video": ("bad_empty_video.mp4", None, "0 bytes"),
-    "bad_audio_only": ("bad_audio_only.mp4", None, "no video stream"),
-    "bad_one_frame": ("bad_one_frame.mp4", None, "too short"),
+    "bad_truncated_video": ("bad_truncated_video.mp4", "video", ""),
+    "bad_empty_video": ("bad_empty_video.mp4", "video", "0 bytes"),
+    "bad_audio_only": ("bad_audio_only.mp4", "video", "no video stream"),
+    "bad_one_frame": ("bad_one_frame.mp4", "video", "too short"),
     "bad_escaping_path": ("case.json", "image", "case folder"),
     "bad_mask_size": ("case.json", "instances[1].mask.size", "but the image is"),
     "bad_kinematics": ("case.json", "instances.0.kinematics", ""),
@@ -187,6 +188,7 @@ def test_each_bad_input_fails_where_the_suite_says(tmp_path):
             with pytest.raises(MediaError) as ei:
                 decode_frames(ro / "toy" / f"{cid}.mp4")
             assert ei.value.path.endswith(file) and words in ei.value.reason
+            assert isinstance(ei.value, InputError) and ei.value.field == fieldname
         else:
             with pytest.raises(CaseError) as ei:
                 load_case(ds / cid)

@@ -86,3 +86,87 @@ def test_opis_rooms_import_one_way():
 def test_opis_top_level_holds_at_most_eight_modules():
     top = sorted(p.name for p in (SRC / "opis").glob("*.py"))
     assert len(top) <= 8, top
+
+
+# WorldCast's rooms, each allowed to import only the rooms after it: the command line (worldcast/cli.py),
+# the packaged samples with the demo that judges and scores them, the checks of the judge (analysis),
+# scoring, judging, generation, and what every other room reads (inputs: cases, output adapters).
+WORLDCAST_ROOMS = ("cli", "samples", "analysis", "scoring", "judging", "generation", "inputs")
+
+
+def _worldcast_room(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[:2] != ["worldeval", "worldcast"]:
+        return None
+    return parts[2] if len(parts) > 2 and parts[2] in WORLDCAST_ROOMS[1:] else "cli"
+
+
+def imported_modules(path: Path, root: Path) -> list[tuple[int, str]]:
+    """(line, dotted target) of every import in `path` at any depth; `from a import b` is `a.b`, since b may be
+    a module, and a relative import is resolved against the file's package (`root` holds `worldeval/`)."""
+    rel = list(path.relative_to(root).with_suffix("").parts)
+    package = rel[:-1]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            out += [(node.lineno, f"{module}.{a.name}") for a in node.names]
+    return out
+
+
+def worldcast_upward_imports(root: Path = SRC.parent) -> list[str]:
+    """Every import of a WorldCast module against the room order, as `file:line (room) imports X (room)`."""
+    upward = []
+    for path in sorted((root / "worldeval" / "worldcast").rglob("*.py")):
+        here = _worldcast_room(".".join(path.relative_to(root).with_suffix("").parts))
+        for line, target in imported_modules(path, root):
+            there = _worldcast_room(target)
+            if there is not None and WORLDCAST_ROOMS.index(there) < WORLDCAST_ROOMS.index(here):
+                upward.append(f"{path.relative_to(root).as_posix()}:{line} ({here}) imports {target} ({there})")
+    return upward
+
+
+def test_the_worldcast_checker_finds_upward_imports(tmp_path):
+    pkg = tmp_path / "worldeval" / "worldcast"
+    for room in ("inputs", "judging", "scoring"):
+        (pkg / room).mkdir(parents=True)
+        (pkg / room / "__init__.py").write_text("")
+    (pkg / "inputs" / "cases.py").write_text(
+        "from worldeval.worldcast.judging.records import JUDGMENTS\n"  # upward
+        "from worldeval.runs import read_jsonl\n"
+        "def f():\n"
+        "    from ..scoring import scores\n"  # upward, relative, inside a function
+    )
+    (pkg / "scoring" / "scores.py").write_text(
+        "from worldeval.worldcast.inputs.cases import load_cases\n"
+        "from worldeval.worldcast import judging\n"
+        "import worldeval.worldcast.cli\n"  # upward: the command line is the top room
+    )
+    assert worldcast_upward_imports(tmp_path) == [
+        "worldeval/worldcast/inputs/cases.py:1 (inputs) imports worldeval.worldcast.judging.records.JUDGMENTS (judging)",
+        "worldeval/worldcast/inputs/cases.py:4 (inputs) imports worldeval.worldcast.scoring.scores (scoring)",
+        "worldeval/worldcast/scoring/scores.py:3 (scoring) imports worldeval.worldcast.cli (cli)",
+    ]
+
+
+def test_worldcast_rooms_import_one_way():
+    upward = worldcast_upward_imports()
+    assert not upward, "imports against the direction " + " -> ".join(WORLDCAST_ROOMS) + ":\n" + "\n".join(upward)
+
+
+def test_worldcast_modules_live_in_rooms():
+    top = sorted(p.name for p in (SRC / "worldcast").glob("*.py"))
+    assert top == ["__init__.py", "cli.py"], top
+    rooms = sorted(p.name for p in (SRC / "worldcast").iterdir() if (p / "__init__.py").is_file())
+    assert rooms == sorted(WORLDCAST_ROOMS[1:]), f"a room missing from WORLDCAST_ROOMS (or gone): {rooms}"
+
+
+def test_the_benchmarks_do_not_import_each_other():
+    # What both need (endpoint settings, the generator client, the judge) lives in the core.
+    for mine, other in (("opis", "worldcast"), ("worldcast", "opis")):
+        found = [f"{p.relative_to(SRC)}:{line} imports {t}" for p in sorted((SRC / mine).rglob("*.py"))
+                 for line, t in imported_modules(p, SRC.parent) if t.startswith(f"worldeval.{other}.")]
+        assert not found, found

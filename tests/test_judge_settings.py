@@ -18,7 +18,7 @@ from test_judge_client import FakeJudge  # noqa: E402
 from test_worldcast_judge import SCORES, WEIGHTS, hand_final, scripted  # noqa: E402
 from worldeval.cli import app  # noqa: E402
 from worldeval.judge import JudgeClient, JudgeConfig, JudgeHTTPError, JudgeUnavailable, MockTransport  # noqa: E402
-from worldeval.worldcast.cases import load_cases  # noqa: E402
+from worldeval.worldcast.inputs.cases import load_cases  # noqa: E402
 from worldeval.worldcast.samples import sample_dataset, sample_outputs  # noqa: E402
 
 KEY = "sk-settings-SECRET-55aa"

@@ -3,7 +3,7 @@
 OPIS: two cases, two models ("steady" keeps every object, "leaky" loses one,
 adds an extra and lets an identity fall below tau_I), archives written through
 the archive module, per-frame records, real H.264 rollouts.
-WorldCast: two cases judged in the format of worldeval.worldcast.judging.
+WorldCast: two cases judged in the format of worldeval.worldcast.judging.run.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from worldeval.opis.cli import build as build_cli  # noqa: E402
 from worldeval.opis.cases.build import discover_images  # noqa: E402
 from worldeval.opis.cases.source import Gate, SourceConfig, SourceEndpoint, run_source  # noqa: E402
 from worldeval.runs import read_jsonl  # noqa: E402
-from worldeval.worldcast.generate_api import GenConfig  # noqa: E402
+from worldeval.generator import GenConfig  # noqa: E402
 
 KEY = "sk-source-SECRET-7d2a"
 PHRASES = ["mug", "kettle", "bowl", "chair", "plant", "lamp"]

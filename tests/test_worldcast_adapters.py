@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from worldeval.worldcast.adapters import OutputError, adapt_output, read_plan
-from worldeval.worldcast.cases import CaseError, load_cases
-from worldeval.worldcast.grid import GridError, cut_grid
+from worldeval.errors import CaseError
+from worldeval.worldcast.inputs.adapters import OutputError, adapt_output, read_plan
+from worldeval.worldcast.inputs.cases import load_cases
+from worldeval.worldcast.inputs.grid import GridError, cut_grid
 
 RNG = np.random.default_rng(1234)
 
@@ -188,7 +189,7 @@ def test_case_validation_json_and_duplicates(tmp_path):
 
 
 def test_packaged_samples_cut_to_the_rendered_states(tmp_path):
-    from worldeval.worldcast import make_samples as ms
+    from worldeval.worldcast.samples import make as ms
     from worldeval.worldcast.samples import sample_dataset, sample_outputs
 
     cases = {c.id: c for c in load_cases(sample_dataset())}
@@ -212,7 +213,7 @@ def test_packaged_samples_cut_to_the_rendered_states(tmp_path):
 
 
 def test_sample_generator_is_deterministic(tmp_path):
-    from worldeval.worldcast.make_samples import build
+    from worldeval.worldcast.samples.make import build
     from worldeval.worldcast.samples import samples_root
 
     build(tmp_path / "s")

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from worldeval.worldcast.cases import load_cases
-from worldeval.worldcast.metrics import PROMPT_VERSIONS
+from worldeval.worldcast.inputs.cases import load_cases
+from worldeval.worldcast.judging.metrics import PROMPT_VERSIONS
 from worldeval.worldcast.samples import sample_dataset, sample_outputs
 
 FROZEN = Path(__file__).resolve().parent / "frozen" / "worldcast"
@@ -42,7 +42,7 @@ def scripted_answer(text: str, model: str) -> str:
 
 
 def judge_samples(make_client, run: Path) -> None:
-    from worldeval.worldcast.judging import run_judge
+    from worldeval.worldcast.judging.run import run_judge
 
     for model in ("correct", "shuffled"):
         client = make_client(model)
@@ -65,7 +65,7 @@ def comparable(run: Path) -> list[dict]:
 
 
 def scores(run: Path) -> dict:
-    from worldeval.worldcast.scoring import score_runs
+    from worldeval.worldcast.scoring.scores import score_runs
 
     res = json.loads(json.dumps(score_runs([run], step_accuracy=True), sort_keys=True))
     # Added after the freeze by issue 21 (ranks and bootstrap CIs; none without --bootstrap): checked apart.

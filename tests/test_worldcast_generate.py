@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_judge_client import FakeJudge  # noqa: E402
 
 from worldeval.cli import app  # noqa: E402
-from worldeval.worldcast.cases import load_cases  # noqa: E402
+from worldeval.worldcast.inputs.cases import load_cases  # noqa: E402
 from worldeval.worldcast.samples import sample_dataset  # noqa: E402
 
 KEY = "sk-gen-SECRET-4f1e"
@@ -212,7 +212,7 @@ def generate(fake, ds: Path, out: Path, *extra: str, code: int = 0):
 def judge(ds: Path, outputs: Path, run: Path, cases=None, step_accuracy=False):
     """`worldcast judge`'s run on the generated folder, answered by a scripted in-process judge (MockTransport)."""
     from worldeval.judge import JudgeClient, JudgeConfig, MockTransport
-    from worldeval.worldcast.judging import run_judge
+    from worldeval.worldcast.judging.run import run_judge
 
     def answer(req):
         m = re.search(r"DESIGNATED STEP: step (\d+) of", req.text)
@@ -239,7 +239,7 @@ def assert_no_secret_and_no_hints(fake, ds: Path, *folders: Path) -> None:
 
 
 def test_parse_budget():
-    from worldeval.worldcast.generate import parse_budget
+    from worldeval.worldcast.generation.generate import parse_budget
 
     assert parse_budget("2K", 4) == 8 and parse_budget("3k", 2) == 6 and parse_budget("5", 4) == 5
     for bad in ("0", "K", "2x", "-1"):
@@ -493,8 +493,8 @@ def test_garbage_plan_and_inspection_answers_are_recorded(fake, dataset, tmp_pat
     """Through the Python API with scripted LLMs (MockTransport): a plan that never parses fails its case before any
     image call; inspections that never parse keep the first draft of each state instead of spending the budget."""
     from worldeval.judge import JudgeClient, JudgeConfig, MockTransport
-    from worldeval.worldcast.generate import GenerateOptions, run_generate
-    from worldeval.worldcast.generate_api import GenConfig, GenEndpoint
+    from worldeval.worldcast.generation.generate import GenerateOptions, run_generate
+    from worldeval.generator import GenConfig, GenEndpoint
 
     script = MockTransport({
         "You review one image": "Looks fine to me!",

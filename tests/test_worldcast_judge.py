@@ -16,8 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the loopback server 
 
 from test_judge_client import FakeJudge  # noqa: E402
 from worldeval.cli import app
-from worldeval.worldcast.cases import load_cases
-from worldeval.worldcast.metrics import PROMPT_VERSIONS
+from worldeval.worldcast.inputs.cases import load_cases
+from worldeval.worldcast.judging.metrics import PROMPT_VERSIONS
 from worldeval.worldcast.samples import sample_dataset, sample_outputs
 
 KEY = "sk-test-SECRET-7f3a9c"
@@ -215,7 +215,7 @@ def test_judge_run_faults_scores_resume_cache_and_no_key(judge_server, tmp_path)
 
 def test_step_accuracy_paper_scope(tmp_path):
     """The paper's curve: four-step cases without an endpoint reference image, per step index."""
-    from worldeval.worldcast.judging import run_judge
+    from worldeval.worldcast.judging.run import run_judge
 
     runner, judge, run = CliRunner(), MockJudge(), tmp_path / "run"
     run_judge(sample_dataset(), sample_outputs("correct"), "correct", run, judge.client(), step_accuracy=True)
@@ -232,7 +232,7 @@ def test_step_accuracy_paper_scope(tmp_path):
 
 
 def test_step_accuracy_curve_all_cases(tmp_path):
-    from worldeval.worldcast.judging import run_judge
+    from worldeval.worldcast.judging.run import run_judge
 
     runner, judge, run = CliRunner(), MockJudge(), tmp_path / "run"
     run_judge(sample_dataset(), sample_outputs("correct"), "correct", run, judge.client(), step_accuracy=True,
@@ -257,7 +257,7 @@ def test_step_accuracy_curve_all_cases(tmp_path):
 
 
 def test_missing_output_is_a_recorded_failure_and_resumable(tmp_path):
-    from worldeval.worldcast.judging import run_judge
+    from worldeval.worldcast.judging.run import run_judge
 
     runner, judge = CliRunner(), MockJudge()
     outputs = tmp_path / "outs"
@@ -280,7 +280,7 @@ def test_missing_output_is_a_recorded_failure_and_resumable(tmp_path):
 
 
 def test_other_judge_in_same_folder_is_refused(tmp_path):
-    from worldeval.worldcast.judging import run_judge
+    from worldeval.worldcast.judging.run import run_judge
 
     run = tmp_path / "run"
     run_judge(sample_dataset(), sample_outputs("correct"), "correct", run, MockJudge().client(), case_ids=["phys_ball_drop"])

@@ -17,7 +17,7 @@ from PIL import Image
 from worldeval.media import write_video
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from worldeval.worldcast.keyframes import (  # noqa: E402
+from worldeval.worldcast.inputs.keyframes import (  # noqa: E402
     AgenticSelector, ChangePointSelector, KeyframeError, optimal_segments, ordered_choice, write_keyframes,
 )
 
@@ -182,7 +182,7 @@ def _pick(t, achieved=True):
 
 @needs_apple
 def test_agentic_multi_round_on_real_video(tmp_path, apple):
-    from worldeval.worldcast.cases import WorldCastCase
+    from worldeval.worldcast.inputs.cases import WorldCastCase
 
     case = WorldCastCase("apple", "physical_simulation", "L3", "lift the apple and put it down", [], 3)
     client = _client(scripted_vlm(COARSE, {1: _pick(0.5), 2: _pick(2.4), 3: _pick(4.2, achieved=False)}))
@@ -214,7 +214,7 @@ def test_agentic_multi_round_on_real_video(tmp_path, apple):
 
 @needs_apple
 def test_agentic_keeps_order_budget_and_survives_garbage(tmp_path, apple):
-    from worldeval.worldcast.cases import WorldCastCase
+    from worldeval.worldcast.inputs.cases import WorldCastCase
 
     case = WorldCastCase("apple", "physical_simulation", "L3", "lift the apple and put it down", [], 3)
     overlapping = json.loads(json.dumps(COARSE))
@@ -251,8 +251,8 @@ def test_agentic_keeps_order_budget_and_survives_garbage(tmp_path, apple):
 def test_agentic_prompts_are_our_own_words():
     from test_worldcast_scoring import _ngrams
 
-    from worldeval.worldcast import generate_plan as G
-    from worldeval.worldcast import keyframes as K
+    from worldeval.worldcast.generation import plan as G
+    from worldeval.worldcast.inputs import keyframes as K
 
     paper = Path(__file__).resolve().parents[1].parent / "shared" / "seeds" / "worldcast-paper.txt"
     if not paper.is_file():
@@ -264,8 +264,8 @@ def test_agentic_prompts_are_our_own_words():
 
 
 def test_video_output_through_the_adapter(tmp_path):
-    from worldeval.worldcast.adapters import adapt_output
-    from worldeval.worldcast.cases import WorldCastCase
+    from worldeval.worldcast.inputs.adapters import adapt_output
+    from worldeval.worldcast.inputs.cases import WorldCastCase
 
     case = WorldCastCase("v1", "physical_simulation", "L3", "x", [], 3)
     (tmp_path / "outs" / "v1").mkdir(parents=True)
@@ -340,8 +340,8 @@ def video_judge(frames_by_clip):
 @pytest.mark.skipif(not DAVIS.is_dir(), reason="shared data not present")
 def test_keyframe_agreement_on_real_video(davis_videos, tmp_path):
     from worldeval.judge import JudgeClient, JudgeConfig, MockTransport
-    from worldeval.worldcast.judging import run_judge
-    from worldeval.worldcast.keyframe_agreement import keyframe_agreement
+    from worldeval.worldcast.judging.run import run_judge
+    from worldeval.worldcast.analysis.keyframe_agreement import keyframe_agreement
 
     root, frames = davis_videos
     script = video_judge(frames)
@@ -423,8 +423,8 @@ def test_keyframe_agreement_cli_and_bad_selections(davis_videos, tmp_path):
 
 @needs_apple
 def test_adapter_fallbacks_reach_the_judgments_warnings(tmp_path, apple):
-    from worldeval.worldcast.adapters import adapt_output
-    from worldeval.worldcast.cases import WorldCastCase
+    from worldeval.worldcast.inputs.adapters import adapt_output
+    from worldeval.worldcast.inputs.cases import WorldCastCase
 
     case = WorldCastCase("v", "physical_simulation", "L3", "lift the apple", [], 2)
     (tmp_path / "outs" / "v").mkdir(parents=True)

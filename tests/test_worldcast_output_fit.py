@@ -22,8 +22,8 @@ MODELS = ["correct", LONG, "model-three", "m4"]
 
 def wide_run(root: Path) -> Path:
     """Every category of both levels, four models, one with a long name: the widest leaderboard."""
-    from worldeval.worldcast.metrics import PROMPT_VERSIONS
-    from worldeval.worldcast.scoring import L3_CATEGORIES, L4_CATEGORIES
+    from worldeval.worldcast.judging.metrics import PROMPT_VERSIONS
+    from worldeval.worldcast.inputs.cases import L3_CATEGORIES, L4_CATEGORIES
 
     run = root / "run"
     run.mkdir(parents=True)
@@ -43,7 +43,7 @@ def wide_run(root: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def scores(tmp_path_factory):
-    from worldeval.worldcast.scoring import score_runs
+    from worldeval.worldcast.scoring.scores import score_runs
 
     return score_runs([wide_run(tmp_path_factory.mktemp("wide"))], bootstrap=50, seed=0)
 
@@ -58,8 +58,8 @@ def render(fn, width: int) -> str:
 
 @pytest.mark.parametrize("width", [30, 45, 60, 80, 120])
 def test_leaderboard_fits_the_console_width(scores, width):
-    from worldeval.worldcast.scoring import table_rows
-    from worldeval.worldcast.tables import print_scores
+    from worldeval.worldcast.scoring.tables import table_rows
+    from worldeval.worldcast.scoring.tables import print_scores
 
     text = render(lambda c: print_scores(scores, False, console=c), width)
     assert max(len(line) for line in text.splitlines()) <= width, text
@@ -72,7 +72,7 @@ def test_leaderboard_fits_the_console_width(scores, width):
 
 
 def test_at_80_columns_each_part_repeats_rank_and_model_and_overall_comes_first(scores):
-    from worldeval.worldcast.tables import print_scores
+    from worldeval.worldcast.scoring.tables import print_scores
 
     text = render(lambda c: print_scores(scores, False, console=c), 80)
     heads = [line for line in text.splitlines() if line.startswith("┃ #")]
@@ -81,7 +81,7 @@ def test_at_80_columns_each_part_repeats_rank_and_model_and_overall_comes_first(
 
 
 def test_a_wide_console_keeps_table_1_in_one_piece(scores):
-    from worldeval.worldcast.tables import print_scores
+    from worldeval.worldcast.scoring.tables import print_scores
 
     text = render(lambda c: print_scores(scores, False, console=c), 400)
     heads = [line for line in text.splitlines() if line.startswith("┃ #")]
@@ -89,7 +89,7 @@ def test_a_wide_console_keeps_table_1_in_one_piece(scores):
 
 
 def test_repeats_table_fits_80_columns(tmp_path):
-    from worldeval.worldcast.tables import print_grid, repeats_grid
+    from worldeval.worldcast.scoring.tables import print_grid, repeats_grid
 
     res = {"models": {LONG: {"physical_simulation": {"mean": 55.5, "std": 1.25}, "L3": {"mean": 55.5, "std": None},
                              "overall": {"mean": 50.0, "std": 12.5}}}}
@@ -146,7 +146,7 @@ def test_failed_count_agrees_with_the_reasons_listed(demo):
 
 
 def test_reason_summary_says_what_it_leaves_out():
-    from worldeval.worldcast.judging import JudgeRunResult, reason_of
+    from worldeval.worldcast.judging.run import JudgeRunResult, reason_of
 
     res = JudgeRunResult(Path("run"))
     errors = ([f"output: out/m/case{k}: no output folder for this case" for k in range(5)]

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from worldeval.cli import app
-from worldeval.worldcast.records import JudgmentError, append_judgment, read_judgments, validate_record
+from worldeval.worldcast.judging.records import JudgmentError, append_judgment, read_judgments, validate_record
 
 GOOD = {"model": "m", "case_id": "c1", "category": "physical_simulation", "level": "L3", "outcome_weight": 0.0,
         "metric": "CP", "step": None, "status": "ok", "score": 2, "judge_model": "j", "prompt_hash": "x"}

@@ -12,8 +12,9 @@ from typer.testing import CliRunner
 
 from worldeval.cli import app
 from worldeval.runs import append_jsonl
-from worldeval.worldcast.metrics import METRICS, case_final
-from worldeval.worldcast.scoring import agreement, judge_swap, kendall_tau, pearson, repeats, score_runs
+from worldeval.worldcast.judging.metrics import METRICS, case_final
+from worldeval.worldcast.analysis.validity import agreement, judge_swap, kendall_tau, pearson, repeats
+from worldeval.worldcast.scoring.scores import score_runs
 
 
 def write_run(run: Path, model: str, cases: dict, judge="J1", category="physical_simulation", w=0.0):
@@ -142,7 +143,7 @@ def _ngrams(text: str, n: int = 6) -> set:
 
 
 def test_judge_prompts_are_our_own_words_and_complete():
-    from worldeval.worldcast import prompts as P
+    from worldeval.worldcast.generation import requests as P
 
     paper = Path(__file__).resolve().parents[1].parent / "shared" / "seeds" / "worldcast-paper.txt"
     texts = {k: m.rubric_text() for k, m in METRICS.items()}
@@ -156,11 +157,11 @@ def test_judge_prompts_are_our_own_words_and_complete():
     if paper.is_file():
         theirs = _ngrams(paper.read_text(encoding="utf-8"))
         ours = set().union(*(_ngrams(t) for t in texts.values()))
-        from worldeval.worldcast.keyframes import AGENTIC_PROMPT
+        from worldeval.worldcast.inputs.keyframes import AGENTIC_PROMPT
 
         ours |= _ngrams(AGENTIC_PROMPT)
         for iface in P.INTERFACES:
-            from worldeval.worldcast.cases import load_cases
+            from worldeval.worldcast.inputs.cases import load_cases
             from worldeval.worldcast.samples import sample_dataset
 
             ours |= _ngrams(P.generation_request(load_cases(sample_dataset())[0], iface).prompt)
@@ -169,7 +170,7 @@ def test_judge_prompts_are_our_own_words_and_complete():
 
 
 def test_generation_requests_never_show_hints():
-    from worldeval.worldcast.cases import load_cases
+    from worldeval.worldcast.inputs.cases import load_cases
     from worldeval.worldcast.samples import sample_dataset
 
     runner = CliRunner()

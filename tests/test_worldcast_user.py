@@ -170,7 +170,7 @@ def test_6_breaker_kinds_and_one_success_disarms():
 # 7 ---------------------------------------------------------------------------------------------------------------
 
 def _rec(model, cid, cat, metric, score):
-    from worldeval.worldcast.metrics import PROMPT_VERSIONS
+    from worldeval.worldcast.judging.metrics import PROMPT_VERSIONS
 
     status = "ok" if score is not None else "failed"
     return {"model": model, "case_id": cid, "category": cat, "level": "L3", "outcome_weight": 0.0, "metric": metric,
@@ -192,7 +192,7 @@ def _run_with(tmp_path, cases: dict) -> Path:
 
 
 def test_7_bootstrap_ci_by_hand_ties_share_a_rank_and_unscored_are_apart(tmp_path):
-    from worldeval.worldcast.scoring import score_runs
+    from worldeval.worldcast.scoring.scores import score_runs
 
     P, A = "physical_simulation", "adaptive_task_completion"
     run = _run_with(tmp_path, {
@@ -240,7 +240,7 @@ def test_7_report_never_ranks_an_all_failed_model(tmp_path):
 
 def test_8_endpoint_notice(tmp_path, monkeypatch):
     from worldeval.judge import JudgeConfig
-    from worldeval.worldcast.progress import endpoint_notice
+    from worldeval.worldcast.judging.progress import endpoint_notice
 
     assert "api.openai.com (the openai SDK default" in endpoint_notice(JudgeConfig(model="m"), "openai_compat")
     cfg = JudgeConfig(model="m", base_url="http://user:pw@10.0.0.5:8000/v1", api_key=KEY)
@@ -277,8 +277,9 @@ def test_files_follow_the_umask(tmp_path):
 
 
 def test_missing_fields_say_missing(tmp_path):
-    from worldeval.worldcast.cases import CaseError, load_cases
-    from worldeval.worldcast.records import JudgmentError, validate_record
+    from worldeval.errors import CaseError
+    from worldeval.worldcast.inputs.cases import load_cases
+    from worldeval.worldcast.judging.records import JudgmentError, validate_record
 
     with pytest.raises(JudgmentError, match=r"field 'metric': missing"):
         validate_record({"model": "m", "case_id": "c", "category": "physical_simulation", "status": "ok", "score": 1})

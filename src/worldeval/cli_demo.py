@@ -18,10 +18,12 @@ from typing import Any, Optional
 
 import typer
 
+from worldeval.opis.producers.reference import REFERENCE_MODELS
 # The bootstrap default is scoring's own, as for `opis score`: one number for every command.
 from worldeval.opis.scoring import ScoreConfig
 
-DEMO_MODELS = ("oracle", "static", "forgetful-drift", "forgetful-recolor", "forgetful-drop", "swapped")
+# The demo renders every built-in reference model; `expected_order_ok` knows their intended ranking.
+DEMO_MODELS = REFERENCE_MODELS
 
 
 def expected_order_ok(models: dict[str, dict]) -> tuple[bool, str]:

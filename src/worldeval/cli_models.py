@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import List, Optional
 
 import typer
+
+from worldeval.checkpoints.store import DEFAULT_CHECKPOINTS, FALLBACK_CHECKPOINTS, FetchError, check, default_models_dir, fetch
+from worldeval.media import read_image
 
 
 def _image(path: Optional[Path]):
@@ -17,8 +21,6 @@ def _image(path: Optional[Path]):
         img = (rng.random((480, 854, 3)) * 60 + 90).astype(np.uint8)
         img[120:360, 200:420] = (200, 40, 40)
         return img, "synthetic 854x480"
-    from worldeval.media import read_image
-
     try:
         return read_image(path), str(path)
     except (OSError, ValueError) as exc:
@@ -33,13 +35,11 @@ def register(app: typer.Typer) -> None:
     def fetch_cmd(
         backend: str = typer.Option("hf", "--backend", help="Backend whose checkpoints to fetch (hf)."),
         models_dir: Optional[Path] = typer.Option(None, "--dir", help="Models folder (default: WORLDEVAL_MODELS_DIR or ~/.cache/worldeval/models)."),
-        only: List[str] = typer.Option([], "--only", help="Fetch only this option's checkpoint (repeatable): sam3, dinov3, matcher, depth, vitpose, sam2, dinov2."),
+        only: List[str] = typer.Option([], "--only", help=f"Fetch only this option's checkpoint (repeatable): {', '.join({**DEFAULT_CHECKPOINTS, **FALLBACK_CHECKPOINTS})}."),
         fallbacks: bool = typer.Option(False, "--fallbacks", help="Also fetch SAM 2.1 and DINOv2 (no licence to accept)."),
         token: Optional[str] = typer.Option(None, "--token", help="Hub token (default: HF_TOKEN or `hf auth login`); never written anywhere."),
     ) -> None:
         """Download the default checkpoints (SAM 3 and DINOv3 are gated: accept their licences on the hub first)."""
-        from worldeval.checkpoints.store import FetchError, default_models_dir, fetch
-
         if backend != "hf":
             raise typer.BadParameter(f"only the hf backend has checkpoints to fetch, not {backend!r}", param_hint="--backend")
         root = models_dir or default_models_dir()
@@ -59,10 +59,6 @@ def register(app: typer.Typer) -> None:
         expect: List[str] = typer.Option([], "--expect", help="Options that must be present (default: the fetched defaults)."),
     ) -> None:
         """Load each checkpoint offline and run it once: one line per piece, OK (time, memory) or FAIL (reason, path)."""
-        import os
-
-        from worldeval.checkpoints.store import check, default_models_dir
-
         os.environ["HF_HUB_OFFLINE"] = "1"  # a check that downloads would check nothing
         from transformers.utils import logging as hf_logging
 

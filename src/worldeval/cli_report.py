@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from worldeval.stats import BOOTSTRAP_REPLICATES
+
 
 def register(app: typer.Typer) -> None:
     """Add the `report` command to `app`."""
@@ -15,7 +17,7 @@ def register(app: typer.Typer) -> None:
         run_dirs: list[Path] = typer.Argument(..., help="OPIS and/or WorldCast run folders."),
         out: Path = typer.Option(Path("report.html"), "--out", "-o", help="HTML file to write."),
         title: str = typer.Option("worldeval report", help="Page title."),
-        bootstrap: int = typer.Option(2000, help="Bootstrap replicates for the OPIS CI (0: no intervals)."),
+        bootstrap: int = typer.Option(BOOTSTRAP_REPLICATES, help="Bootstrap replicates for the OPIS CI (0: no intervals)."),
         seed: int = typer.Option(0, help="Bootstrap seed."),
         max_cases: int = typer.Option(20, help="Cases drawn with images and plots (-1: all); the rest stay in the tables."),
         frames_per_case: int = typer.Option(4, help="Sampled frames shown per rollout."),

@@ -15,14 +15,33 @@ from pathlib import Path
 
 import numpy as np
 
+from worldeval.errors import InputError
 
-class MediaError(Exception):
-    """A video that cannot be used; the message names the file."""
+
+class MediaError(InputError):
+    """A video that cannot be used (field `video`); the message reads `FILE: MESSAGE`."""
+
+    shows_field = False
 
     def __init__(self, path: str | Path, message: str):
-        self.path = str(path)
-        self.reason = message
-        super().__init__(f"{self.path}: {message}")
+        super().__init__(path, "video", message)
+
+    @property
+    def path(self) -> str:
+        """The file at fault (its `file`), under the name media callers have always read."""
+        return self.file
+
+
+class ImageError(InputError, ValueError):
+    """An image that cannot be read (field `image`); the message reads `FILE: MESSAGE`.
+
+    A ValueError too, as `read_image` has always raised, so its callers' handlers stay as they are.
+    """
+
+    shows_field = False
+
+    def __init__(self, path: str | Path, message: str):
+        super().__init__(path, "image", message)
 
 
 # Where the first sample sits: SPEC's `round(skip * fps)`, or the OPIS authors' first frame whose
@@ -242,7 +261,7 @@ def write_video(path: str | Path, frames, fps: float, codec: str = "libx264", cr
 
 
 def read_image(path: str | Path) -> np.ndarray:
-    """RGB uint8 image; raises ValueError naming the file when it cannot be read."""
+    """RGB uint8 image; raises ImageError (a ValueError) naming the file when it cannot be read."""
     from PIL import Image
 
     path = Path(path)
@@ -250,4 +269,4 @@ def read_image(path: str | Path) -> np.ndarray:
         with Image.open(path) as im:
             return np.asarray(im.convert("RGB"))
     except Exception as exc:
-        raise ValueError(f"{path}: cannot read image: {exc}") from exc
+        raise ImageError(path, f"cannot read image: {exc}") from exc

@@ -13,9 +13,15 @@ cost a few matrix products instead of a Python loop.
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
+
+# Case-bootstrap replicates and percentile-interval level wherever a command, config or report is not
+# told otherwise: OPIS and WorldCast, scores and reports alike.
+BOOTSTRAP_REPLICATES = 2000
+CI_LEVEL = 0.95
 
 
 @dataclass(frozen=True)
@@ -140,7 +146,13 @@ def stratified_counts(strata: np.ndarray, replicates: int, rng: np.random.Genera
     return np.bincount(flat, minlength=replicates * n).reshape(replicates, n).astype(float)
 
 
-def percentile_interval(samples: np.ndarray, level: float = 0.95, axis: int = 0) -> np.ndarray:
+def model_rng(seed: int, model: str) -> np.random.Generator:
+    """One model's bootstrap stream, seeded by (seed, crc32 of its name): adding or removing other
+    models leaves its draws, and so its CIs, unchanged."""
+    return np.random.default_rng([int(seed), zlib.crc32(str(model).encode("utf-8"))])
+
+
+def percentile_interval(samples: np.ndarray, level: float = CI_LEVEL, axis: int = 0) -> np.ndarray:
     """Two-sided percentile interval (lo, hi) along `axis`, ignoring NaN replicates."""
     alpha = (1.0 - level) / 2.0
     with np.errstate(invalid="ignore"):

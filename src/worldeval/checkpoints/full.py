@@ -14,7 +14,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from worldeval.opis.backends.hf_common import HALF, IMAGENET_MEAN, IMAGENET_STD
+from worldeval.checkpoints.tiny import tiny_clip_tokenizer
+from worldeval.opis.backends.hf_common import HALF, IMAGENET_MEAN, IMAGENET_STD, torch_dtype
 
 COCO_JOINTS = ["Nose", "L_Eye", "R_Eye", "L_Ear", "R_Ear", "L_Shoulder", "R_Shoulder", "L_Elbow", "R_Elbow", "L_Wrist",
                "R_Wrist", "L_Hip", "R_Hip", "L_Knee", "R_Knee", "L_Ankle", "R_Ankle"]  # fmt: skip
@@ -22,10 +23,10 @@ COCO_JOINTS = ["Nose", "L_Eye", "R_Eye", "L_Ear", "R_Ear", "L_Shoulder", "R_Shou
 DINOV2_L16_384 = {"model_type": "dinov2", "hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16,
                   "mlp_ratio": 4, "patch_size": 16, "image_size": 384, "use_swiglu_ffn": False}  # fmt: skip
 
-# option -> (checkpoint it stands for, model class, config class, config kwargs, preprocessor_config.json)
+# option -> (model class, config class, config kwargs, preprocessor_config.json) of the default checkpoint
+# it stands for (`store.DEFAULT_CHECKPOINTS`, the one table of which repository each option fetches)
 FULL_CONFIGS: dict[str, dict] = {
     "sam3": {
-        "checkpoint": "facebook/sam3",
         "model": "Sam3Model", "config": "Sam3Config",
         # ViT-L-sized perception encoder (1024 wide, 32 layers, patch 14) at 1008 px, a 24-layer text
         # encoder, 6-layer DETR encoder/decoder with 200 queries: the class defaults are these values
@@ -34,7 +35,6 @@ FULL_CONFIGS: dict[str, dict] = {
                          "resample": 2, "rescale_factor": 1 / 255, "image_mean": list(HALF), "image_std": list(HALF)},
     },
     "dinov3": {
-        "checkpoint": "facebook/dinov3-vitl16-pretrain-lvd1689m",
         "model": "DINOv3ViTModel", "config": "DINOv3ViTConfig",
         "kwargs": {"hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 24, "num_attention_heads": 16,
                    "patch_size": 16, "num_register_tokens": 4, "use_gated_mlp": False, "layerscale_value": 1.0,
@@ -44,7 +44,6 @@ FULL_CONFIGS: dict[str, dict] = {
                          "image_std": list(IMAGENET_STD)},
     },
     "matcher": {
-        "checkpoint": "ETH-CVG/lightglue_superpoint",
         "model": "LightGlueForKeypointMatching", "config": "LightGlueConfig",
         # 9 self+cross layers of 256-d descriptors, 4 heads, on SuperPoint (256-d descriptors, all keypoints)
         "kwargs": {"descriptor_dim": 256, "num_hidden_layers": 9, "num_attention_heads": 4},
@@ -52,7 +51,6 @@ FULL_CONFIGS: dict[str, dict] = {
                          "resample": 2, "rescale_factor": 1 / 255, "do_grayscale": True},
     },
     "depth": {
-        "checkpoint": "apple/DepthPro-hf",
         "model": "DepthProForDepthEstimation", "config": "DepthProConfig",
         # three DINOv2 ViT-L/16 encoders at 384 px (image, patches, field of view); the image at 1536 px
         # is tiled at ratios 0.25/0.5/1 into 384 px patches
@@ -63,7 +61,6 @@ FULL_CONFIGS: dict[str, dict] = {
                          "resample": 2, "rescale_factor": 1 / 255, "image_mean": list(HALF), "image_std": list(HALF)},
     },
     "vitpose": {
-        "checkpoint": "usyd-community/vitpose-plus-base",
         "model": "VitPoseForPoseEstimation", "config": "VitPoseConfig",
         "backbone": {"image_size": [256, 192], "patch_size": [16, 16], "hidden_size": 768, "num_hidden_layers": 12,
                      "num_attention_heads": 12, "mlp_ratio": 4, "num_experts": 6, "part_features": 192,
@@ -94,9 +91,6 @@ def build_full_models(root: str | Path, options: list[str] | None = None, dtype:
     """Random-weight full-size models saved as a models folder (`<root>/<option>`), stored in `dtype` to halve the disk."""
     import torch
     import transformers as T
-
-    from worldeval.opis.backends.hf_common import torch_dtype
-    from worldeval.checkpoints.tiny import tiny_clip_tokenizer
 
     root = Path(root)
     torch.manual_seed(0)

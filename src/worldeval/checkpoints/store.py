@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from worldeval.opis.backends.hf_common import MANIFEST, default_models_dir, models_in  # noqa: F401
+from worldeval.opis.backends.hf_common import MANIFEST, default_models_dir, models_in, torch_device, torch_dtype  # noqa: F401
 
 # option -> (hub repository, gated, what it is). The paper's SAM 3.1, MoGe-2 and MASt3R are not in
 # transformers: SAM 3, DepthPro and LightGlue stand in for them (docs/backends.md).
@@ -152,8 +152,6 @@ def _run_piece(option: str, path: str, image: np.ndarray, device, dtype):
 def check_piece(option: str, path: str, image: np.ndarray, device="cpu", dtype=None) -> PieceCheck:
     """Load one checkpoint offline and run it once: OK with timings and memory, or FAIL with the reason."""
     import torch
-
-    from worldeval.opis.backends.hf_common import torch_device, torch_dtype
 
     dev, dt = torch_device(device), torch_dtype(dtype)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)

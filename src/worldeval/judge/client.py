@@ -9,8 +9,10 @@ an answer with `error` set, so a run records it and moves on.
 
 The wire call is a transport (`worldeval.judge.transport`): the default
 `OpenAICompatTransport` speaks to an OpenAI-compatible endpoint, `MockTransport`
-answers from a script. The API key lives only in the config and the `openai`
-client object; it is excluded from `repr`, `JudgeConfig.public()` and every cache key.
+answers from a script. Endpoint, key and retry settings are
+`worldeval.endpoints.EndpointSettings`, shared with the generator client: the
+API key lives only in the config and the `openai` client object; it is excluded
+from `repr`, `JudgeConfig.public()` and every cache key.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Callable, Sequence, Union
 
 import numpy as np
 
+from worldeval.endpoints import EndpointSettings, api_key_from, base_url_from
 from worldeval.judge.cache import JudgeCache
 from worldeval.judge.image import JudgeImage
 from worldeval.judge.openai_compat import OpenAICompatTransport
@@ -34,7 +37,7 @@ from worldeval.judge.parse import AnswerError, extract_json
 from worldeval.judge.transport import (
     JudgeBadReply, JudgeConnectionError, JudgeHTTPError, JudgeRequest, JudgeTimeout, JudgeUnavailable, Transport,
 )
-from worldeval.retry import RetryPolicy, retryable_status
+from worldeval.retry import retryable_status
 
 # JudgeImage and JudgeUnavailable live below this module (image, transport), so the transports never import the
 # client; this module re-exports them because `worldeval.judge.client` is their documented import path.
@@ -45,15 +48,7 @@ Content = Union[str, Sequence[Union[str, JudgeImage, Path, np.ndarray]]]
 
 
 @dataclass
-class JudgeConfig:
-    model: str
-    base_url: str | None = None
-    api_key: str | None = field(default=None, repr=False)
-    timeout_s: float = 180.0
-    max_attempts: int = 5
-    backoff_base_s: float = 1.0
-    backoff_max_s: float = 60.0
-    seed: int | None = 0
+class JudgeConfig(EndpointSettings):
     temperature: float | None = 0.0  # None: never sent (the model's default applies)
     json_mode: bool = True
     concurrency: int = 4
@@ -85,19 +80,13 @@ class JudgeConfig:
             raise ValueError("no judge model: pass --judge-model or set WORLDEVAL_JUDGE_MODEL")
         # An unset setting (None) falls back to the environment; temperature=None means "never send one".
         kw = {**_settings_from_env(), **{k: v for k, v in kw.items() if v is not None or k not in _ENV_SETTINGS}}
-        return cls(
-            model=model,
-            base_url=base_url or os.environ.get("OPENAI_BASE_URL") or None,
-            api_key=api_key or os.environ.get("OPENAI_API_KEY") or None,
-            **kw,
-        )
+        return cls(model=model, base_url=base_url_from(base_url), api_key=api_key_from(api_key), **kw)
 
     def public(self) -> dict:
         """Everything except the key, for manifests."""
         return {
             "model": self.model,
-            "base_url": self.base_url,
-            "api_key_set": bool(self.api_key),
+            **self.endpoint_public(),
             "timeout_s": self.timeout_s,
             "max_attempts": self.max_attempts,
             "backoff_base_s": self.backoff_base_s,
@@ -203,7 +192,7 @@ class JudgeClient:
         }
         # Learned once per client: a server that rejects an option gets requests without it.
         self.options = WireOptions(config)
-        self.retry = RetryPolicy(config.max_attempts, config.backoff_base_s, config.backoff_max_s, config.seed)
+        self.retry = config.retry_policy()
         self._preflight_lock = threading.Lock()
         self._preflight_state: str | None = None  # None: not yet; "ok"; or the failure message
         self.preflight_note: str | None = None

@@ -1,7 +1,8 @@
 """Transport for any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, SGLang, Ollama, ...).
 
-The API key lives only inside the `openai` client object held here; it is not
-part of `repr`, of `describe()` or of any request field the client sees.
+The API key lives only inside the `openai` client object held here (built by
+`worldeval.endpoints.openai_client`); it is not part of `repr`, of `describe()`
+or of any request field the client sees.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import time
 from email.utils import parsedate_to_datetime
 from typing import Any
 
+from worldeval.endpoints import openai_client
 from worldeval.judge.transport import (
     JudgeBadReply, JudgeConnectionError, JudgeHTTPError, JudgeRequest, JudgeTimeout, TransportReply,
 )
@@ -75,15 +77,7 @@ class OpenAICompatTransport:
     def _openai(self):
         with self._lock:
             if self._client is None:
-                import openai
-
-                self._client = openai.OpenAI(
-                    base_url=self.base_url,
-                    # Local servers (vLLM, Ollama) accept any key; the SDK insists on one.
-                    api_key=self._api_key or "not-set",
-                    timeout=self.timeout_s,
-                    max_retries=0,  # retries are the client's, so attempts are counted and logged
-                )
+                self._client = openai_client(self.base_url, self._api_key, self.timeout_s)
             return self._client
 
     def send(self, request: JudgeRequest) -> TransportReply:

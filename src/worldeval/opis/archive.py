@@ -34,10 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from worldeval.opis.case import ARCHIVE_TRACKS, EXCLUDED, TRACKS, UNLABELED  # noqa: F401  (re-exported: one home)
-
-VISIBILITY = ("expected_visible", "occluded", "out_of_view", "too_small", "unknown")
-STRUCTURE_SOURCES = ("static", "static_flat", "pose", "claims")
+from worldeval.opis.labels import ARCHIVE_TRACKS, EXCLUDED, STRUCTURE_SOURCES, UNLABELED, VISIBILITY, Visibility
 
 SCHEMA = pa.schema(
     [
@@ -449,8 +446,8 @@ def _check_labels(df, fail) -> dict:
     return {
         "unstructured": no_track[np.where(track_codes >= 0, track_codes, len(no_track) - 1)],
         "visibility": vis_codes,
-        "expected": vis_codes == lab_idx.get("expected_visible", -2),
-        "unknown": vis_codes == lab_idx.get("unknown", -2),
+        "expected": vis_codes == lab_idx.get(Visibility.EXPECTED, -2),
+        "unknown": vis_codes == lab_idx.get(Visibility.UNKNOWN, -2),
         "track": track_codes,
     }
 
@@ -469,7 +466,7 @@ def _check_rows(df, fail, labels: dict) -> None:
     fail("track", extra & (track_codes >= 0), "must be null on an extra row")
     fail("matched", extra & matched, "is true on an extra row (an extra is by definition unmatched)")
     fail("ambiguous", extra & ambiguous, "is true on an extra row")
-    fail("matched", matched & ~labels["expected"], "is true but visibility is not expected_visible")
+    fail("matched", matched & ~labels["expected"], f"is true but visibility is not {Visibility.EXPECTED}")
     fail("ambiguous", ambiguous & ~(labels["unknown"] & ~matched),
          "is true but the row is not visibility=unknown, matched=false")
     for c in ("appearance", "structure"):

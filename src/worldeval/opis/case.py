@@ -7,8 +7,6 @@ on, so perception code can trust a `Case` without re-checking it.
 
 from __future__ import annotations
 
-from worldeval.errors import InputError
-
 import json
 import math
 from dataclasses import dataclass, field
@@ -18,27 +16,15 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from worldeval.opis.living import phrase_labels
+from worldeval.errors import CaseError
+from worldeval.geometry import mask_bbox
+from worldeval.opis.labels import CASE_KINEMATICS, CASE_TRACKS, TRACKS, UNLABELED, Kinematics, Track, phrase_labels
 
-KINEMATICS = ("rigid", "articulated", "deformable")
-# A kinematic class nobody labelled (the authors' `unknown`); such an instance is followed as dynamic.
-UNKNOWN_KINEMATICS = "unknown"
-# Evaluation tracks with a Structure route (SPEC section 2).
-TRACKS = ("static", "dynamic")
-# An instance carried in the inventory (so finding it is no extra) whose rows never enter a score.
-EXCLUDED = "excluded"
-# The archive's track of an instance without an evaluation track: Presence and Identity only.
-UNLABELED = "unlabeled"
-# Every value of the archive's `track` column on a reference-instance row.
-ARCHIVE_TRACKS = TRACKS + (UNLABELED, EXCLUDED)
+# The frame rate of a camera task, synthetic rollout or clip that names none.
+DEFAULT_FPS = 24.0
 # bbox may disagree with the mask's tight box by this much (pixels, or share of the box side)
 BBOX_TOLERANCE_PX = 3.0
 BBOX_TOLERANCE_FRAC = 0.05
-
-
-class CaseError(InputError):
-    """A case that cannot be used. Names the file and the field at fault."""
-
 
 
 class Claim(BaseModel):
@@ -54,10 +40,10 @@ class Instance(BaseModel):
     mask: dict[str, Any] | None = None
     mask_png: str | None = None
     bbox: list[float] | None = None
-    kinematics: Literal["rigid", "articulated", "deformable", "unknown"]
+    kinematics: Literal[CASE_KINEMATICS]
     # null: unlabeled (Presence and Identity only); "excluded": carried, never scored. The key itself
     # is required, so a forgotten track is an error rather than a silently unlabeled object.
-    track: Literal["static", "dynamic", "excluded"] | None
+    track: Literal[CASE_TRACKS] | None
     # Free-form: strings are compared with what a backend reads off a find; other values are carried.
     attributes: dict[str, Any] = Field(default_factory=dict)
     claims: list[Claim] = Field(default_factory=list)
@@ -80,9 +66,9 @@ class Instance(BaseModel):
         thing (a table) is not left for the search to cut into unclaimed pieces."""
         if self.track in TRACKS:
             return self.track
-        if self.kinematics == "unknown":
-            return "dynamic" if phrase_labels(self.category) else "static"
-        return "static" if self.kinematics == "rigid" else "dynamic"
+        if self.kinematics == Kinematics.UNKNOWN:
+            return Track.DYNAMIC if phrase_labels(self.category) else Track.STATIC
+        return Track.STATIC if self.kinematics == Kinematics.RIGID else Track.DYNAMIC
 
     @field_validator("id", "category")
     @classmethod
@@ -112,7 +98,7 @@ class CameraTask(BaseModel):
     model_config = ConfigDict(extra="allow")
     description: str = ""
     duration_s: float = 10.0
-    fps: float = 24.0
+    fps: float = DEFAULT_FPS
     keyframes: list[CameraKeyframe] = Field(default_factory=lambda: [CameraKeyframe(t=0.0)])
 
     def pose_at(self, t: float) -> CameraKeyframe:
@@ -229,13 +215,6 @@ def _inside(root: Path, rel: str, file: Path, fieldname: str) -> Path:
     if root.resolve() not in full.parents and full != root.resolve():
         raise CaseError(file, fieldname, f"path {rel!r} leaves the case folder")
     return full
-
-
-def mask_bbox(mask: np.ndarray) -> list[float] | None:
-    ys, xs = np.nonzero(mask)
-    if len(xs) == 0:
-        return None
-    return [float(xs.min()), float(ys.min()), float(xs.max() - xs.min() + 1), float(ys.max() - ys.min() + 1)]
 
 
 def encode_rle(mask: np.ndarray) -> dict[str, Any]:

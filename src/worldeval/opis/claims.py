@@ -24,6 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from worldeval.errors import InputError
+from worldeval.geometry import mask_bbox
+
 FAMILIES = ("parts", "connectivity", "local_shape", "material")
 _FAMILY_ALIASES = {"local shape": "local_shape", "shape": "local_shape", "part": "parts", "materials": "material",
                    "connection": "connectivity", "connections": "connectivity"}
@@ -40,6 +43,10 @@ CLAIMS_SYSTEM = (
     "Only state what is clearly visible. Do not describe colour alone, position in the photo, pose, or the camera. "
     'Answer with JSON only: {"claims": [{"family": "...", "text": "..."}, ...]}.'
 )
+
+
+class ClaimsError(InputError, ValueError):
+    """A claims request that cannot be made, named by option and field; a ValueError, as it always was."""
 
 
 def _family(value: Any) -> str | None:
@@ -98,11 +105,11 @@ def add_claims(case_dir: str | Path, client, max_claims: int = MAX_CLAIMS, redo:
     Instances that already hold claims are kept unless `redo`; a failed request is recorded under
     `annotation.claims.failures` and the other instances go on (run again to retry the failed ones).
     """
-    from worldeval.opis.case import load_case, mask_bbox
+    from worldeval.opis.case import load_case
     from worldeval.runs import atomic_write_json
 
     if not 1 <= max_claims <= MAX_CLAIMS:
-        raise ValueError(f"max_claims must be in 1..{MAX_CLAIMS} (the paper's limit)")
+        raise ClaimsError("--max-claims", "max_claims", f"must be in 1..{MAX_CLAIMS} (the paper's limit)")
     case = load_case(case_dir, with_geometry=False)
     path = Path(case.root) / "case.json"
     data = json.loads(path.read_text(encoding="utf-8"))

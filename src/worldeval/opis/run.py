@@ -12,14 +12,23 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+import traceback
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from worldeval.opis.case import CaseError, load_case
+from worldeval import runs
+from worldeval.errors import InputError
+from worldeval.executor import ItemError, run_items, worker_cache, worker_resources
+from worldeval.judge.client import JudgeClient, JudgeConfig
+from worldeval.opis.archive import consolidate, write_case_part
+from worldeval.opis.backends.registry import needs_gpu, resolve
+from worldeval.opis.case import iter_case_dirs, load_case
 from worldeval.opis.evaluate import STAGES, EvalConfig, evaluate_rollout, load_backend
+from worldeval.opis.perception.frame import checks
+from worldeval.opis.perception.structure import ClaimJudgeError
 
 VIDEO_SUFFIXES = (".mp4", ".mov", ".mkv", ".webm", ".avi", ".m4v", ".gif")
 
@@ -81,28 +90,18 @@ def find_rollout(rollouts: str | Path, case_id: str) -> Path:
 def _judge_client(judge: dict | None):
     if not judge:
         return None
-    from worldeval.judge.client import JudgeClient, JudgeConfig
-
     return JudgeClient(JudgeConfig(**judge))
 
 
-def _cached(key, factory):
-    from worldeval.executor import worker_cache
-
-    return worker_cache(key, factory)
-
-
 def _measure(item: EvalItem, res: ItemResult, case, video: Path) -> None:
-    from worldeval.opis.perception.frame import checks
-
     config = EvalConfig(**item.config)
     opts = dict(item.backend_options)
-    backend = _cached(("opis-backend", item.backend, item.backend_path, item.device, json.dumps(opts, sort_keys=True, default=str)),
+    backend = worker_cache(("opis-backend", item.backend, item.backend_path, item.device, json.dumps(opts, sort_keys=True, default=str)),
                       lambda: load_backend(item.backend, item.device, module_path=item.backend_path, **opts))
     res.backend_versions = {"name": backend.name, **backend.versions}
     judge = None
     if item.judge:
-        judge = _cached(("opis-judge", json.dumps(item.judge, sort_keys=True, default=str)), lambda: _judge_client(item.judge))
+        judge = worker_cache(("opis-judge", json.dumps(item.judge, sort_keys=True, default=str)), lambda: _judge_client(item.judge))
     res.checks = checks(backend, judge)
     out = evaluate_rollout(case, video, item.model, backend, config, judge=judge)
     res.rows, res.frames, res.timings, res.warnings = out.rows, out.frames, out.timings, out.warnings
@@ -110,9 +109,6 @@ def _measure(item: EvalItem, res: ItemResult, case, video: Path) -> None:
 
 def run_item(item: EvalItem) -> ItemResult:
     """Evaluate one (model, case) in a worker; every failure becomes a structured error, never an exception."""
-    from worldeval.media import MediaError
-    from worldeval.opis.perception.structure import ClaimJudgeError
-
     res = ItemResult(model=item.model, case_id=item.case_id)
     video = Path(item.video)
     try:
@@ -122,21 +118,22 @@ def run_item(item: EvalItem) -> ItemResult:
             res.error = _error(video, "rollout", f"no rollout video for case {case.id} (expected {video.name})", "MissingRollout")
             return res
         _measure(item, res, case, video)
-    except CaseError as exc:
-        res.error = _error(exc.file, exc.field, exc.reason, "CaseError")
-    except MediaError as exc:
-        res.error = _error(exc.path, "video", exc.reason, "MediaError")
-    except ClaimJudgeError as exc:
+    except InputError as exc:  # the case or the video at fault (CaseError, MediaError)
+        res.error = _error(exc.file, exc.field, exc.reason, type(exc).__name__)
+    except ClaimJudgeError as exc:  # the judge, not the input: it names the rollout being judged
         res.error = _error(video, exc.field, exc.reason, "JudgeError")
     except Exception as exc:  # an evaluator bug on one item must not stop the run
-        import traceback
-
         res.error = _error(video, "evaluation", f"{type(exc).__name__}: {exc}", type(exc).__name__)
         res.error["traceback"] = traceback.format_exc(limit=8)
     return res
 
 
 # ----------------------------------------------------------------------------- a whole run
+
+
+def default_resources(backend: str, device: str = "cpu") -> dict:
+    """Ray resources one worker of `backend` asks for: a whole GPU when the registry says it needs one on `device`."""
+    return worker_resources(gpu=needs_gpu(backend, device))
 
 
 def _judge_fields(judge) -> tuple[dict | None, dict | None]:
@@ -146,8 +143,6 @@ def _judge_fields(judge) -> tuple[dict | None, dict | None]:
     if isinstance(judge, dict):
         full = dict(judge)
     else:
-        from dataclasses import asdict
-
         full = asdict(judge)
     public = {k: v for k, v in full.items() if k != "api_key"}
     public["api_key_set"] = bool(full.get("api_key"))
@@ -172,11 +167,7 @@ class _Run:
     prior: dict = field(default_factory=dict)  # the manifest earlier invocations left in the folder
 
     def on_result(self, item: EvalItem, result) -> None:
-        from worldeval import runs
-
         if not isinstance(result, ItemResult):  # the executor reports a crashed or raising worker as an exception
-            from worldeval.executor import ItemError
-
             rec = ItemError.from_exception(result).to_record()
             err = _error(rec["file"] or item.video, rec["field"] or "worker", rec["message"], rec["type"])
             result = ItemResult(model=item.model, case_id=item.case_id, error=err)
@@ -194,9 +185,6 @@ class _Run:
             self.totals[k] = self.totals.get(k, 0.0) + float(v)
 
     def _keep(self, cid: str, result: ItemResult) -> None:
-        from worldeval import runs
-        from worldeval.opis.archive import write_case_part
-
         t0 = time.perf_counter()
         write_case_part(self.run_dir, self.model, cid, result.rows)
         runs.atomic_write_json(self.run_dir / "frames" / self.model / f"{cid}.json", result.frames)
@@ -214,8 +202,6 @@ class _Run:
 def _start(dataset: Path, rollouts: Path, run_dir: Path, model: str, backend, device, workers, executor, force,
            judge_public, config: EvalConfig, backend_options: dict) -> tuple[_Run, str]:
     """Check resume and write the run's first manifest; returns the run and the dataset fingerprint."""
-    from worldeval import runs
-
     # the model is not part of the hashed config: several models share one run folder
     run_config = {
         "backend": backend.given,
@@ -274,8 +260,6 @@ def group_warnings(warnings: list[dict]) -> list[dict]:
 
 def _kept_warnings(run: _Run, skipped: list[str]) -> list[dict]:
     """The warnings of the cases an earlier invocation finished (from their status records)."""
-    from worldeval import runs
-
     out = []
     for cid in skipped:
         rec = runs.read_status(run.run_dir, run.model, cid) or {}
@@ -285,8 +269,6 @@ def _kept_warnings(run: _Run, skipped: list[str]) -> list[dict]:
 
 def _finish(run: _Run, skipped: list[str], n_cases: int, wall_s: float) -> dict:
     """The run's final manifest: totals over this and earlier invocations, written to the folder."""
-    from worldeval import runs
-
     manifest, prior = run.manifest, run.prior
     manifest["backends"], manifest["checks"] = run.versions, run.checks
     manifest["timings"] = runs.accumulate_timings(prior.get("timings"), wall_s, run.totals, model=run.model,
@@ -318,12 +300,6 @@ def run_eval(
     progress: Any = None,
 ) -> dict:
     """Evaluate every case of `dataset` against `<rollouts>/<case_id>.mp4`; returns a summary dict."""
-    from worldeval import runs
-    from worldeval.executor import default_resources, run_items
-    from worldeval.opis.archive import consolidate
-    from worldeval.opis.backends.registry import resolve
-    from worldeval.opis.case import iter_case_dirs
-
     t_start = time.time()
     dataset, rollouts, run_dir = Path(dataset), Path(rollouts), Path(out)
     config = EvalConfig(**config) if isinstance(config, dict) else (config or EvalConfig())

@@ -21,7 +21,6 @@ Internally scores are fractions in [0, 1]; the JSON output is on 0-100.
 from __future__ import annotations
 
 import math
-import zlib
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
@@ -29,9 +28,10 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from worldeval.opis.archive import EXCLUDED, ArchiveKeys, archive_keys, label_codes, read_archive_with_keys, validate_archive
+from worldeval.opis.archive import ArchiveKeys, archive_keys, label_codes, read_archive_with_keys, validate_archive
+from worldeval.opis.labels import EXCLUDED, Track, Visibility
 from worldeval.opis.official import v3
-from worldeval.stats import Hierarchy, percentile_interval, stratified_counts
+from worldeval.stats import BOOTSTRAP_REPLICATES, CI_LEVEL, Hierarchy, model_rng, percentile_interval, stratified_counts
 
 VARIANTS = ("strict", "no_gate", "no_coverage", "minimum", "uniform")
 # The OPIS authors' own aggregation (worldeval.opis.official.v3), reported beside the paper's variants.
@@ -55,9 +55,9 @@ class ScoreConfig:
     tau_S: float = TAU_S
     weights: tuple[float, float, float] = (0.2, 0.4, 0.4)
     variant: str = "strict"
-    bootstrap: int = 2000
+    bootstrap: int = BOOTSTRAP_REPLICATES
     seed: int = 0
-    ci_level: float = 0.95
+    ci_level: float = CI_LEVEL
     # Density bins: n_reference <= 20, 21..40, > 40.
     density_edges: tuple[int, int] = (20, 40)
     # Temporal intervals [1,4), [4,7), [7,10] seconds; the last one is closed.
@@ -209,10 +209,10 @@ def frame_evidence(df: pd.DataFrame, config: ScoreConfig = ScoreConfig(), keys: 
     # An excluded instance's rows are carried (finding it made it no extra) and never scored.
     ref = ~extra & ~_label_eq(df["track"], EXCLUDED)
     matched = df["matched"].to_numpy(dtype=bool) & ref
-    expected = _label_eq(df["visibility"], "expected_visible") & ref
-    unknown = _label_eq(df["visibility"], "unknown") & ref
-    static = _label_eq(df["track"], "static") & ref
-    dynamic = _label_eq(df["track"], "dynamic") & ref
+    expected = _label_eq(df["visibility"], Visibility.EXPECTED) & ref
+    unknown = _label_eq(df["visibility"], Visibility.UNKNOWN) & ref
+    static = _label_eq(df["track"], Track.STATIC) & ref
+    dynamic = _label_eq(df["track"], Track.DYNAMIC) & ref
     app = _floats(df["appearance"])
     strv = _floats(df["structure"])
     in_a = matched & ~np.isnan(app)
@@ -397,8 +397,7 @@ def _model_bootstrap(lv: _Levels, comp: dict, rules: Rules, config: ScoreConfig)
     out = np.full((h.n_top, 2), np.nan)
     for t, (a, b) in enumerate(lv.case_slices):
         model = lv.labels["top"][t]
-        # One stream per model name: adding or removing other models leaves this CI unchanged.
-        rng = np.random.default_rng([config.seed, zlib.crc32(str(model).encode("utf-8"))])
+        rng = model_rng(config.seed, model)
         sub = h.sub_of_case[a:b]
         s0 = int(sub.min())
         doms = h.dom_of_sub[s0 : int(sub.max()) + 1]

@@ -24,6 +24,7 @@ from worldeval.report.loaders import (
 from worldeval.report.opis import VARIANTS, build_opis
 from worldeval.report.worldcast import build_worldcast
 from worldeval.runs import atomic_write_text, redact
+from worldeval.stats import BOOTSTRAP_REPLICATES
 
 
 class ReportError(ValueError):
@@ -44,7 +45,7 @@ def render_report(
     run_dirs: list[str | Path],
     *,
     title: str = "worldeval report",
-    bootstrap: int = 2000,
+    bootstrap: int = BOOTSTRAP_REPLICATES,
     seed: int = 0,
     variants: tuple[str, ...] = VARIANTS,
     max_cases: int = 20,

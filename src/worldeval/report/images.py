@@ -12,11 +12,13 @@ import io
 import cv2
 import numpy as np
 
+from worldeval.opis.labels import Status
+
 # Outline colours (RGB). Matched / missing / extra follow the usual traffic-light reading.
 STATUS_COLORS = {
-    "matched": (40, 180, 60),
-    "missing": (220, 30, 30),
-    "extra": (255, 140, 0),
+    Status.MATCHED: (40, 180, 60),
+    Status.MISSING: (220, 30, 30),
+    Status.EXTRA: (255, 140, 0),
 }
 REFERENCE_COLOR = (40, 120, 230)
 

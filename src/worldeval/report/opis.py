@@ -172,7 +172,8 @@ def _pick_frames(n: int, k: int) -> list[int]:
 def _reference_view(case_dir: Path | None, thumb_side: int, notes: list[str]) -> dict | None:
     if case_dir is None:
         return None
-    from worldeval.opis.case import CaseError, load_case
+    from worldeval.errors import CaseError
+    from worldeval.opis.case import load_case
 
     try:
         case = load_case(case_dir, with_geometry=False)
@@ -216,7 +217,7 @@ def _frame_strip(record: dict, video: Path | None, k: int, thumb_side: int, note
     scale = sampled.frames[0].shape[1] / box_width if box_width else 1.0
     strip = []
     for f, arr in zip(chosen, sampled.frames):
-        boxes, counts = [], {"matched": 0, "missing": 0, "extra": 0}
+        boxes, counts = [], dict.fromkeys(images.STATUS_COLORS, 0)
         other: dict[str, int] = {}  # occluded, out_of_view, too_small, unknown, ambiguous: not drawn
         for obj in f.get("objects") or []:
             st = obj.get("status")
@@ -228,7 +229,7 @@ def _frame_strip(record: dict, video: Path | None, k: int, thumb_side: int, note
                 other[str(st)] = other.get(str(st), 0) + 1
         t = _num(f.get("time_s"))
         caption = (f"frame {int(f['frame'])}" + (f" · {t:.2f} s" if t is not None else "")
-                   + f" · {counts['matched']} matched · {counts['missing']} missing · {counts['extra']} extra"
+                   + "".join(f" · {n} {st}" for st, n in counts.items())
                    + "".join(f" · {n} {st.replace('_', ' ')}" for st, n in sorted(other.items())))
         strip.append({"uri": images.jpeg_data_uri(images.draw_boxes(arr, boxes, scale)), "caption": caption})
     return strip
@@ -237,7 +238,8 @@ def _frame_strip(record: dict, video: Path | None, k: int, thumb_side: int, note
 @functools.lru_cache(maxsize=8)
 def _case_dirs_by_id(dataset: Path) -> dict[str, Path]:
     """Every case folder of a dataset by id, found once per report (the authors' layout needs a walk)."""
-    from worldeval.opis.case import CaseError, iter_case_dirs
+    from worldeval.errors import CaseError
+    from worldeval.opis.case import iter_case_dirs
 
     try:
         return {d.name: d for d in iter_case_dirs(dataset)}
@@ -304,9 +306,9 @@ def _read_runs_archive(runs: list[OpisRun], notes: list[str]) -> list[pd.DataFra
     return out
 
 
-def build_opis(runs: list[OpisRun], *, score_fn: ScoreFn | None = None, bootstrap: int = 2000, seed: int = 0,
-               variants: tuple[str, ...] = VARIANTS, max_cases: int = 20, frames_per_case: int = 4,
-               thumb_side: int = 224) -> dict:
+def build_opis(runs: list[OpisRun], *, score_fn: ScoreFn | None, bootstrap: int, seed: int, variants: tuple[str, ...],
+               max_cases: int, frames_per_case: int, thumb_side: int) -> dict:
+    """The OPIS part's template data; the options' defaults are `render_report`'s."""
     notes = [n for r in runs for n in r.notes]
     errors: list[str] = []
     scores = _score_variants([r.root for r in runs], score_fn or default_score_fn, variants, bootstrap, seed, errors)

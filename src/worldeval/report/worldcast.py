@@ -1,6 +1,6 @@
 """The WorldCast part of the report: leaderboard and per-case step sequences.
 
-Scores come from `worldeval.worldcast.scoring.score_runs`; the per-case view
+Scores come from `worldeval.worldcast.scoring.scores.score_runs`; the per-case view
 reads `judgments.jsonl` directly to show each metric's score and the judge's
 evidence next to the judged step images, with the generation trace
 (`generation.json` from `worldcast generate`: plan, calls, inspections,
@@ -17,8 +17,8 @@ from worldeval.report import images, plots
 from worldeval.report.loaders import num as _num, WorldCastRun, resolve_path
 from worldeval.report.opis import slug
 
-from worldeval.worldcast.metrics import CASE_METRICS as METRICS, METRICS as _SPECS
-from worldeval.worldcast.scoring import CATEGORY_SHORT
+from worldeval.worldcast.judging.metrics import CASE_METRICS as METRICS, METRICS as _SPECS
+from worldeval.worldcast.inputs.cases import CATEGORY_SHORT
 
 METRIC_MAX = {k: _SPECS[k].top for k in METRICS}
 IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".webp")
@@ -26,8 +26,8 @@ IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".webp")
 WcScoreFn = Callable[[list[Path]], dict]
 
 
-def default_score_fn(paths: list[Path], bootstrap: int = 2000, seed: int = 0) -> dict:
-    from worldeval.worldcast import scoring
+def default_score_fn(paths: list[Path], bootstrap: int, seed: int) -> dict:
+    from worldeval.worldcast.scoring import scores as scoring
 
     return scoring.score_runs([str(p) for p in paths], bootstrap=bootstrap, seed=seed)
 
@@ -91,7 +91,7 @@ def collect_cases(run: WorldCastRun) -> dict[tuple[str, str], dict]:
 
 def _dataset_cases(run: WorldCastRun, notes: list[str]) -> dict:
     """The run's WorldCast cases by id (instruction and input images), when its dataset is reachable."""
-    from worldeval.worldcast.cases import load_cases
+    from worldeval.worldcast.inputs.cases import load_cases
 
     man = run.manifest or {}
     cfg = man.get("config") if isinstance(man.get("config"), dict) else {}
@@ -294,8 +294,9 @@ def score_figure(models: list[str], table: dict[str, dict], keys=CHART_KEYS):
     return fig
 
 
-def build_worldcast(runs: list[WorldCastRun], *, score_fn: WcScoreFn | None = None, max_cases: int = 20,
-                    thumb_side: int = 224, bootstrap: int = 2000, seed: int = 0) -> dict:
+def build_worldcast(runs: list[WorldCastRun], *, score_fn: WcScoreFn | None, max_cases: int, thumb_side: int,
+                    bootstrap: int, seed: int) -> dict:
+    """The WorldCast part's template data; the options' defaults are `render_report`'s."""
     errors: list[str] = []
     notes = [n for r in runs for n in r.notes]
     try:

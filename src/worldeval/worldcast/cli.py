@@ -10,6 +10,8 @@ from typing import List, Optional
 
 import typer
 
+from worldeval.stats import BOOTSTRAP_REPLICATES
+
 
 def _fail(msg: str) -> None:
     typer.echo(f"error: {msg}", err=True)
@@ -50,14 +52,15 @@ def _judge_settings(temperature: Optional[str], judge_option: List[str]) -> dict
 
 
 def _print_scores(res: dict, step_accuracy: bool) -> None:
-    from worldeval.worldcast.tables import print_scores
+    from worldeval.worldcast.scoring.tables import print_scores
 
     print_scores(res, step_accuracy)
 
 
 def _check_judge_inputs(dataset: Path, outputs: Path, case_ids: list[str]) -> None:
-    from worldeval.worldcast.cases import CaseError, load_cases
-    from worldeval.worldcast.judging import check_inputs
+    from worldeval.errors import CaseError
+    from worldeval.worldcast.inputs.cases import load_cases
+    from worldeval.worldcast.judging.run import check_inputs
 
     try:
         cases = load_cases(dataset)
@@ -89,7 +92,7 @@ def _judge_client(out: Path, cache, no_cache: bool, transport: str, script: Opti
 
 
 def _selector(client, keyframes: str, samples: int, dense: int, budget):
-    from worldeval.worldcast.keyframes import AgenticSelector, ChangePointSelector
+    from worldeval.worldcast.inputs.keyframes import AgenticSelector, ChangePointSelector
 
     if keyframes == "agentic":
         return AgenticSelector(client, n_samples=samples, dense_samples=dense, max_requests=budget)
@@ -100,10 +103,10 @@ def _judge_and_report(client, job: dict, quiet: bool) -> None:
     """Run the judge with a progress bar; exit 0 all ok, 1 some items failed, 2 bad input, 3 judge unusable."""
     from rich.console import Console
 
+    from worldeval.errors import CaseError
     from worldeval.judge import CircuitOpen, JudgeUnavailable
-    from worldeval.worldcast.cases import CaseError
-    from worldeval.worldcast.judging import run_judge
-    from worldeval.worldcast.progress import RichJudgeProgress, endpoint_notice, failure_summary
+    from worldeval.worldcast.judging.progress import RichJudgeProgress, endpoint_notice, failure_summary
+    from worldeval.worldcast.judging.run import run_judge
 
     console = Console(stderr=True)
     model, out = job["model"], job["out_dir"]
@@ -146,27 +149,28 @@ def _plan_lines(bar):
 
 def _demo_cmd(
     out: Path = typer.Option(Path("worldeval-worldcast-demo"), "--out", help="Folder for the run, scores.json and report.html."),
-    bootstrap: int = typer.Option(2000, "--bootstrap", min=0, help="Case-bootstrap replicates for the CIs (0: none)."),
+    bootstrap: int = typer.Option(BOOTSTRAP_REPLICATES, "--bootstrap", min=0, help="Case-bootstrap replicates for the CIs (0: none)."),
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress; only the leaderboard."),
 ) -> None:
     """WorldCast end to end on the packaged samples, offline: a scripted judge (mock transport), scores, report."""
     from rich.console import Console
 
-    from worldeval.worldcast.demo import run_demo
-    from worldeval.worldcast.progress import RichJudgeProgress
-    from worldeval.worldcast.scoring import score_runs
+    from worldeval.report import build_report
+    from worldeval.worldcast.judging.progress import RichJudgeProgress
+    from worldeval.worldcast.samples.demo import DEMO_SCRIPT, run_demo
+    from worldeval.worldcast.scoring.scores import score_runs
 
     err = Console(stderr=True)
     if not quiet:
-        err.print("judge: scripted answers (mock transport, worldcast/assets/demo_judge.json); nothing is sent "
+        err.print(f"judge: scripted answers (mock transport, worldcast/samples/{DEMO_SCRIPT.name}); nothing is sent "
                   "anywhere and no model judges these outputs", markup=False, highlight=False)
     with RichJudgeProgress(err, "judging", disable=quiet) as bar:
         def events_for(model: str):
             bar.label = f"judging {model}"
             return bar
 
-        summary = run_demo(out, bootstrap=bootstrap, seed=seed, events_for=events_for)
+        summary = run_demo(out, build_report, bootstrap=bootstrap, seed=seed, events_for=events_for)
     for model, j in summary["judged"].items():
         if j["failed"] and not quiet:
             err.print(f"{model}: {j['failed']} item(s) failed as the demo intends:", markup=False, highlight=False)
@@ -240,11 +244,11 @@ def _score_cmd(
     run_dirs: List[Path] = typer.Argument(..., help="Run folders holding judgments.jsonl."),
     as_json: bool = typer.Option(False, "--json", help="Print the SPEC JSON (plus rank and *_ci keys) instead of a table."),
     step_accuracy: bool = typer.Option(False, "--step-accuracy", help="Add the per-step accuracy curve."),
-    bootstrap: int = typer.Option(2000, "--bootstrap", min=0, help="Case-bootstrap replicates for the 95% CIs (0: none)."),
+    bootstrap: int = typer.Option(BOOTSTRAP_REPLICATES, "--bootstrap", min=0, help="Case-bootstrap replicates for the 95% CIs (0: none)."),
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
 ) -> None:
     """Final, TC, CP, VC with 95% CIs, per category, L3, L4 per model (failures excluded and counted)."""
-    from worldeval.worldcast.scoring import score_runs
+    from worldeval.worldcast.scoring.scores import score_runs
 
     try:
         res = score_runs(run_dirs, step_accuracy=step_accuracy, bootstrap=bootstrap, seed=seed)
@@ -261,7 +265,7 @@ def _agreement_cmd(
     votes: Path = typer.Option(..., "--votes", help="JSONL of human pairwise votes (see docs/worldcast.md)."),
 ) -> None:
     """Judge-vs-human win rates, Pearson r per dimension and winner agreement (paper section 4.4)."""
-    from worldeval.worldcast.scoring import agreement
+    from worldeval.worldcast.analysis.validity import agreement
 
     try:
         res = agreement(run_dirs, votes)
@@ -272,7 +276,7 @@ def _agreement_cmd(
 
 def _judges_cmd(run_dirs: List[Path] = typer.Argument(..., help="Run folders of the same outputs scored by different judge models.")) -> None:
     """Model ranking per judge model and the Kendall tau between judges (judge swap)."""
-    from worldeval.worldcast.scoring import judge_swap
+    from worldeval.worldcast.analysis.validity import judge_swap
 
     try:
         typer.echo(json.dumps(judge_swap(run_dirs), indent=2, sort_keys=True))
@@ -286,7 +290,7 @@ def _repeats_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """Mean ± std per category across repeated generation runs (one run folder per round)."""
-    from worldeval.worldcast.scoring import repeats
+    from worldeval.worldcast.analysis.validity import repeats
 
     try:
         res = repeats(run_dirs, ddof)
@@ -295,7 +299,7 @@ def _repeats_cmd(
     if as_json:
         typer.echo(json.dumps(res, indent=2, sort_keys=True))
         return
-    from worldeval.worldcast.tables import output_console, print_grid, repeats_grid
+    from worldeval.worldcast.scoring.tables import output_console, print_grid, repeats_grid
 
     grid = repeats_grid(res, ddof)
     print_grid(output_console(grid), grid)
@@ -307,8 +311,9 @@ def _prompts_cmd(
     out: Optional[Path] = typer.Option(None, "--out", help="Write JSONL here instead of stdout."),
 ) -> None:
     """Write each case's generation request for one output interface (hints are never included)."""
-    from worldeval.worldcast.cases import CaseError, load_cases
-    from worldeval.worldcast.prompts import INTERFACES, generation_request
+    from worldeval.errors import CaseError
+    from worldeval.worldcast.generation.requests import INTERFACES, generation_request
+    from worldeval.worldcast.inputs.cases import load_cases
     from worldeval.worldcast.samples import sample_dataset
 
     if interface not in INTERFACES:
@@ -335,7 +340,7 @@ def _keyframes_cmd(
 ) -> None:
     """Pick K keyframes from a video with the model-free change-point selector."""
     from worldeval.media import MediaError
-    from worldeval.worldcast.keyframes import ChangePointSelector, KeyframeError, write_keyframes
+    from worldeval.worldcast.inputs.keyframes import ChangePointSelector, KeyframeError, write_keyframes
 
     try:
         sel = ChangePointSelector().select(video, steps)
@@ -411,13 +416,13 @@ def _generate_cmd(
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ) -> None:
     """Generate one model's outputs for a dataset in the layout `worldcast judge` reads."""
+    from worldeval.endpoints import api_key_from, base_url_from
+    from worldeval.errors import CaseError
+    from worldeval.generator import GenConfig, GenEndpoint
     from worldeval.runs import ResumeError
-    from worldeval.worldcast.cases import CaseError
-    from worldeval.worldcast.generate import EndpointUnusable, GenerateOptions, run_generate
-    from worldeval.worldcast.generate_api import GenConfig, GenEndpoint
+    from worldeval.worldcast.generation.generate import EndpointUnusable, GenerateOptions, run_generate
 
-    base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
-    api_key = api_key or os.environ.get("OPENAI_API_KEY") or None
+    base_url, api_key = base_url_from(base_url), api_key_from(api_key)
     endpoint = None
     if gen_model:
         endpoint = GenEndpoint(GenConfig(
@@ -461,13 +466,13 @@ def _keyframe_agreement_cmd(
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ) -> None:
     """Score human- and adapter-selected keyframes with the run's judge; Pearson r and per-case differences."""
+    from worldeval.endpoints import api_key_from, base_url_from
+    from worldeval.errors import CaseError
     from worldeval.judge import JudgeCache, JudgeClient
-    from worldeval.worldcast.cases import CaseError
-    from worldeval.worldcast.keyframe_agreement import judge_config_of, keyframe_agreement
+    from worldeval.worldcast.analysis.keyframe_agreement import judge_config_of, keyframe_agreement
 
     try:
-        cfg, _ = judge_config_of(run, base_url or os.environ.get("OPENAI_BASE_URL"),
-                                 api_key or os.environ.get("OPENAI_API_KEY"))
+        cfg, _ = judge_config_of(run, base_url_from(base_url), api_key_from(api_key))
     except (OSError, ValueError) as exc:
         _fail(str(exc))
     client = JudgeClient(cfg, None if no_cache else JudgeCache(_default_cache(run)))

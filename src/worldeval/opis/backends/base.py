@@ -16,6 +16,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from worldeval.geometry import box_iou, mask_box  # noqa: F401  (a backend's boxes: part of the API here)
 
 # Observation routes: how an observation was found.
 ROUTE_OPEN = "open"  # a segmenter's own detection (text prompt, point grid, box prompt)
@@ -32,22 +33,6 @@ EVIDENCE_COMPLETENESS = "completeness"
 EVIDENCE_FOUND_FOR = "found_for"
 
 
-def mask_box(mask: np.ndarray) -> tuple[float, float, float, float]:
-    """Tight (x, y, w, h) box of a mask in pixels; all zeros for an empty mask.
-
-    OpenCV's bounding rectangle of the non-zero pixels: the same box as the extremes of
-    `np.nonzero`, some 20 times faster on a video frame (it runs for every observation made).
-    """
-    import cv2
-
-    m = np.asarray(mask)
-    if m.ndim != 2 or m.size == 0:
-        ys, xs = np.nonzero(m)
-        if len(xs) == 0:
-            return (0.0, 0.0, 0.0, 0.0)
-        return (float(xs.min()), float(ys.min()), float(xs.max() - xs.min() + 1), float(ys.max() - ys.min() + 1))
-    x, y, w, h = cv2.boundingRect(m.view(np.uint8) if m.dtype == bool else (m != 0).view(np.uint8))
-    return (float(x), float(y), float(w), float(h))
 
 
 @dataclass
@@ -246,15 +231,6 @@ class Backend:
     features: DenseFeatures | None = None  # dense features for the propagation stage (None: it does not run)
 
 
-def box_iou(a, b) -> float:
-    """IoU of two (x, y, w, h) boxes."""
-    ax0, ay0, aw, ah = a
-    bx0, by0, bw, bh = b
-    ix = max(0.0, min(ax0 + aw, bx0 + bw) - max(ax0, bx0))
-    iy = max(0.0, min(ay0 + ah, by0 + bh) - max(ay0, by0))
-    inter = ix * iy
-    union = aw * ah + bw * bh - inter
-    return inter / union if union > 0 else 0.0
 
 
 def value_channel(image: np.ndarray) -> np.ndarray:

@@ -29,6 +29,8 @@ import threading
 
 import numpy as np
 
+from worldeval.opis.scoring import TAU_I
+
 CNN_INPUT = 128  # crop side fed to the network; its feature map is 4 x 4
 CONTEXT = 0.15  # share of the box added on each side so the CNN sees the object's outline
 CNN_WEIGHT = 0.7
@@ -280,9 +282,9 @@ class EfficientNetDenseFeatures:
     name = "efficientnet-lite0-block10"
     BLOCK = 10
     # The part match (`propagation.part_match`) at which identity's calibrated shape term reaches
-    # tau_I (0.35 of the way through PARTS_CALIBRATION): below it an observation's parts do not show
+    # tau_I (that share of the way through PARTS_CALIBRATION): below it an observation's parts do not show
     # the object's, which association asks of a search find once propagation has lost the object.
-    part_floor = PARTS_CALIBRATION[0] + 0.35 * (PARTS_CALIBRATION[1] - PARTS_CALIBRATION[0])
+    part_floor = PARTS_CALIBRATION[0] + TAU_I * (PARTS_CALIBRATION[1] - PARTS_CALIBRATION[0])
 
     def __init__(self, side: int = 640):
         self.side = int(side)

@@ -29,7 +29,7 @@ AP10K_EDGES = [
 ]  # fmt: skip
 
 # The word lists live with the rest of what a phrase says about motion.
-from worldeval.opis.living import ANIMAL_WORDS, PERSON_WORDS  # noqa: E402
+from worldeval.opis.labels import ANIMAL_WORDS, PERSON_WORDS  # noqa: E402
 
 
 

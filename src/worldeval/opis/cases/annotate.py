@@ -28,7 +28,7 @@ user can tell it from measured depth.
 
 from __future__ import annotations
 
-from worldeval.errors import InputError
+from worldeval.errors import CaseError, InputError
 
 import hashlib
 import json
@@ -40,17 +40,16 @@ from typing import Any
 
 import numpy as np
 
+from worldeval.geometry import box_iou, mask_bbox, mask_iou
 from worldeval.opis.case import (
-    KINEMATICS,
-    TRACKS,
+    DEFAULT_FPS,
     CameraKeyframe,
     CameraTask,
-    CaseError,
     Geometry,
     default_intrinsics,
     write_case,
 )
-from worldeval.opis.living import LIVING_WORDS, phrase_labels  # noqa: F401  (annotate's inference reads them)
+from worldeval.opis.labels import KINEMATICS, LIVING_WORDS, TRACKS, phrase_labels  # noqa: F401  (annotate's inference reads them)
 
 SEGMENTERS = ("grabcut", "hf")
 
@@ -95,7 +94,7 @@ class AnnotateSpec:
     camera: str | dict[str, Any] = "pan-right-return"
     camera_amount: float | None = None
     duration_s: float = 10.0
-    fps: float = 24.0
+    fps: float = DEFAULT_FPS
     max_side: int | None = None
     segmenter: str = "grabcut"
     dedup_iou: float = 0.8
@@ -348,12 +347,6 @@ def _clean(fg: np.ndarray, seed_xy: tuple[int, int] | None) -> np.ndarray:
     return ndimage.binary_fill_holes(out)
 
 
-def mask_iou(a: np.ndarray, b: np.ndarray) -> float:
-    inter = np.logical_and(a, b).sum()
-    union = np.logical_or(a, b).sum()
-    return float(inter / union) if union else 0.0
-
-
 def remove_duplicates(masks: list[np.ndarray], iou_threshold: float) -> tuple[list[int], list[tuple[int, int, float]]]:
     """Indices to keep (earlier prompts win) and (dropped, kept_duplicate_of, iou) records."""
     kept: list[int] = []
@@ -365,15 +358,6 @@ def remove_duplicates(masks: list[np.ndarray], iou_threshold: float) -> tuple[li
         else:
             kept.append(i)
     return kept, dropped
-
-
-def _box_iou(a: list[float], b: list[float]) -> float:
-    ax1, ay1, bx1, by1 = a[0] + a[2], a[1] + a[3], b[0] + b[2], b[1] + b[3]
-    iw = max(0.0, min(ax1, bx1) - max(a[0], b[0]))
-    ih = max(0.0, min(ay1, by1) - max(a[1], b[1]))
-    inter = iw * ih
-    union = a[2] * a[3] + b[2] * b[3] - inter
-    return inter / union if union > 0 else 0.0
 
 
 class HFPromptSegmenter:
@@ -397,7 +381,7 @@ class HFPromptSegmenter:
     def masks(self, image: np.ndarray, prompt: ObjectPrompt) -> list[np.ndarray]:
         obs = self.segmenter.observe(image, [prompt.phrase])
         if prompt.box is not None:
-            obs = sorted(obs, key=lambda o: -_box_iou(list(o.box), prompt.box))[:1]
+            obs = sorted(obs, key=lambda o: -box_iou(o.box, prompt.box))[:1]
         elif prompt.point is not None:
             x, y = int(prompt.point[0]), int(prompt.point[1])
             obs = [o for o in obs if 0 <= y < o.mask.shape[0] and 0 <= x < o.mask.shape[1] and o.mask[y, x]][:1]
@@ -782,7 +766,6 @@ def reference_embeddings(image: np.ndarray, masks: list[np.ndarray], device: str
     """Appearance descriptors of the instances with `embedder`, by default the evaluator's classical one
     (None when unavailable)."""
     try:
-        from worldeval.opis.case import mask_bbox
         from worldeval.opis.evaluate import load_backend
 
         if embedder is None:

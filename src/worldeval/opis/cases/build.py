@@ -32,12 +32,14 @@ from typing import Any, Callable
 import numpy as np
 
 from worldeval.errors import InputError
+from worldeval.geometry import mask_bbox
 from worldeval.opis.cases.annotate import AnnotateError, AnnotateSpec, ObjectPrompt, assemble_case, estimated_geometry, \
     remove_duplicates, resize_max_side
 from worldeval.opis.cases.phrases import clean_phrases, concept_map, normalize
 from worldeval.opis.cases.segment import concept_rounds, grabcut_from_boxes
 from worldeval.opis.cases.vlm import BuildStepError, propose_task, screen_image, vlm_clean
-from worldeval.opis.case import KINEMATICS, TRACKS, Geometry, mask_bbox
+from worldeval.opis.case import DEFAULT_FPS, Geometry
+from worldeval.opis.labels import KINEMATICS, TRACKS
 from worldeval.runs import append_jsonl, atomic_write_json, read_jsonl
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
@@ -65,7 +67,7 @@ class BuildConfig:
     domain: str = "real_world"
     subcategory: str = "unspecified"
     duration_s: float = 10.0
-    fps: float = 24.0
+    fps: float = DEFAULT_FPS
     max_side: int | None = 1280
     grabcut_iters: int = 5
     seed: int = 0

@@ -24,8 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from worldeval.opis.case import CaseError, read_json, write_case
-from worldeval.opis.living import COCO_ANIMALS, COCO_PEOPLE
+from worldeval.errors import CaseError
+from worldeval.opis.case import DEFAULT_FPS, read_json, write_case
+from worldeval.opis.labels import COCO_ANIMALS, COCO_PEOPLE
 from worldeval.runs import atomic_write_json
 
 # COCO-80 categories that move by themselves; everything else is treated as a static rigid object.
@@ -39,7 +40,7 @@ SUBCATEGORY = "coco_multiobj"
 PAN_YAW_DEG = 12.0
 PAN_PITCH_DEG = 3.0
 PAN_DURATION_S = 5.0
-PAN_FPS = 24.0
+PAN_FPS = DEFAULT_FPS
 
 
 def routing(category: str) -> tuple[str, str]:

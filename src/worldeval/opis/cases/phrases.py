@@ -41,7 +41,7 @@ SYNONYMS = {
     "potted plant": "plant", "houseplant": "plant", "dining table": "table", "notebook computer": "laptop",
     "monitor": "screen", "trash can": "bin", "garbage can": "bin", "wastebasket": "bin",
 }
-from worldeval.opis.living import singular  # noqa: E402,F401  (one home; re-exported)
+from worldeval.opis.labels import singular  # noqa: E402,F401  (one home; re-exported)
 
 
 def normalize(phrase: str) -> str:

@@ -22,8 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
+from worldeval.errors import CaseError
 from worldeval.opis.cases.build import LOG_NAME, BuildError, write_dataset_json
-from worldeval.opis.case import KINEMATICS, TRACKS, CaseError, load_case, read_json
+from worldeval.opis.case import load_case, read_json
+from worldeval.opis.labels import KINEMATICS, TRACKS
 from worldeval.report.images import downscale, jpeg_data_uri
 from worldeval.runs import append_jsonl, atomic_write_json, atomic_write_text
 

@@ -31,7 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from worldeval.opis.cases.annotate import ObjectPrompt, grabcut_mask, mask_iou
+from worldeval.geometry import mask_iou
+from worldeval.opis.cases.annotate import ObjectPrompt, grabcut_mask
 
 MIN_PIXELS = 16
 # a box with at least this share inside another box counts as held by it (in front of it)

@@ -3,7 +3,7 @@
 For image k of a subcategory the reusable template fills in a setting and a
 composition variant (cycled by k) and the variation index k itself, which
 asks for a different place and layout each time. The request is one image
-(n=1) through an OpenAI-compatible images endpoint (`worldcast.generate_api`'s
+(n=1) through an OpenAI-compatible images endpoint (`worldeval.generator`'s
 client, retries included); the answer is converted to RGB, centre-cropped to
 16:9 and resized to 1280x720, and stored as JPEG.
 
@@ -35,10 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from worldeval.errors import InputError
+from worldeval.generator import CallLedger, GenEndpoint, GenError, first_image
 from worldeval.judge.parse import AnswerError
 from worldeval.opis.cases.phrases import clean_phrases
 from worldeval.runs import append_jsonl, atomic_write_bytes, atomic_write_json
-from worldeval.worldcast.generate_api import CallLedger, GenEndpoint, GenError, first_image
 
 from worldeval.opis.cases.source_templates import PROMPT_VERSION, REVIEW_VERSION, review_prompt, scene_prompt
 

@@ -17,7 +17,7 @@ import numpy as np
 from worldeval.errors import InputError
 from worldeval.judge.parse import AnswerError
 from worldeval.opis.cases.annotate import CAMERA_PRESETS
-from worldeval.opis.case import KINEMATICS
+from worldeval.opis.labels import KINEMATICS
 
 SCREEN_VERSION = "build-screen-v1"
 # How the VLM writes a box; models differ (Gemini: [ymin, xmin, ymax, xmax] on a 0-1000 grid).

@@ -29,8 +29,10 @@ from typing import Any, Callable
 
 import numpy as np
 
+from worldeval.geometry import mask_bbox, mask_iou
+from worldeval.opis.case import DEFAULT_FPS
 from worldeval.opis.checks import gtclips as G
-from worldeval.opis.case import mask_bbox
+from worldeval.opis.labels import Status, Visibility
 from worldeval.opis.scoring import TAU_I, TAU_S
 from worldeval.runs import atomic_write_json, fingerprint_paths
 
@@ -45,10 +47,17 @@ CHECK_NAMES = {
 }
 # ground-truth visibility -> evaluator labels that agree with it
 VISIBILITY_AGREES = {
-    "visible": {"expected_visible", "too_small"},
-    "partly_hidden": {"expected_visible", "occluded"},
-    "gone": {"occluded", "out_of_view", "too_small"},
+    "visible": {Visibility.EXPECTED, Visibility.TOO_SMALL},
+    "partly_hidden": {Visibility.EXPECTED, Visibility.OCCLUDED},
+    "gone": {Visibility.OCCLUDED, Visibility.OUT_OF_VIEW, Visibility.TOO_SMALL},
 }
+# An object-frame's association, as the evaluator decides it and a person labels it: matched, ambiguous
+# (two or more observations could equally be it) or NULL (no observation is it).
+NULL = "null"
+# Identity and structure judgments: a measured value at or above its threshold is preserved; a person
+# may also find a frame unassessable.
+PRESERVED, CHANGED, UNASSESSABLE = "preserved", "changed", "unassessable"
+JUDGMENTS = (PRESERVED, CHANGED, UNASSESSABLE)
 AUDIT_VERSION = 1
 
 
@@ -56,7 +65,7 @@ AUDIT_VERSION = 1
 class AuditConfig:
     backend: str = "classical"
     device: str = "cpu"
-    fps: float = 24.0
+    fps: float = DEFAULT_FPS
     workers: int = 1
     tau_I: float = TAU_I
     tau_S: float = TAU_S
@@ -191,11 +200,6 @@ def _fit(mask: np.ndarray, H: int, W: int) -> np.ndarray:
     return cv2.resize(mask.astype(np.uint8), (W, H), interpolation=cv2.INTER_NEAREST) > 0
 
 
-def _iou(a: np.ndarray, b: np.ndarray) -> float:
-    u = float((a | b).sum())
-    return float((a & b).sum()) / u if u else 0.0
-
-
 def _box_mask(box, H: int, W: int) -> np.ndarray:
     m = np.zeros((H, W), bool)
     x, y, w, h = box
@@ -207,7 +211,7 @@ def _observed(obj: dict | None, H: int, W: int) -> tuple[np.ndarray | None, str]
     """The matched observation's mask from the per-frame record (its box where no mask was kept)."""
     from worldeval.opis.case import decode_rle
 
-    if not obj or obj.get("status") != "matched":
+    if not obj or obj.get("status") != Status.MATCHED:
         return None, ""
     if obj.get("mask"):
         return _fit(decode_rle(obj["mask"]), H, W), "mask"
@@ -233,6 +237,14 @@ class _Areas:
     def reference(self, t: int, iid: str) -> int:
         vals = [a[iid] for s in range(t - self.window, t + self.window + 1) if (a := self.at(s)) is not None]
         return max(vals) if vals else 0
+
+
+def eval_association(matched: bool, ambiguous: bool) -> str:
+    return Status.MATCHED if matched else (Status.AMBIGUOUS if ambiguous else NULL)
+
+
+def judgment(value: float, tau: float) -> str:
+    return PRESERVED if value >= tau else CHANGED
 
 
 def gt_visibility(shown: int, reference: int, share: float) -> str:
@@ -286,21 +298,21 @@ def _decision(clip, rec, variant, r, obj, shown, areas: _Areas, H: int, W: int, 
             d["gt_visibility"] = gt_visibility(gt_shown, d["gt_reference_area"], cfg.partly_hidden)
         om, how = _observed(obj, H, W)
         if om is not None:
-            d["iou"], d["iou_from"] = round(_iou(om, m), 4), how
+            d["iou"], d["iou_from"] = round(mask_iou(om, m), 4), how
             # share of the observation on the object: tells a right object with a poor mask from a wrong object
             d["obs_on_object"] = round(float((om & m).sum()) / max(1.0, float(om.sum())), 4)
             if obj.get("box") and m.any():
-                d["box_iou"] = round(_iou(_box_mask(obj["box"], H, W), _box_mask(mask_bbox(m), H, W)), 4)
+                d["box_iou"] = round(mask_iou(_box_mask(obj["box"], H, W), _box_mask(mask_bbox(m), H, W)), 4)
     # association
     if gt_shown is None or 0 < gt_shown < cfg.min_show_px:
         d["gt_association"], d["association_agrees"] = None, None
     elif gt_shown == 0:
-        d["gt_association"] = "null"
+        d["gt_association"] = NULL
         d["association_agrees"] = not d["matched"] and not d["ambiguous"]
     else:
         d["gt_association"] = "object"
         d["association_agrees"] = d["matched"] and (d["iou"] or 0.0) >= cfg.iou
-    d["eval_association"] = "matched" if d["matched"] else ("ambiguous" if d["ambiguous"] else "null")
+    d["eval_association"] = eval_association(d["matched"], d["ambiguous"])
     if d["matched"] and d["gt_association"] == "object" and (d["iou"] or 0.0) < cfg.iou:
         d["eval_association"] = "matched_elsewhere"
     # visibility
@@ -308,11 +320,11 @@ def _decision(clip, rec, variant, r, obj, shown, areas: _Areas, H: int, W: int, 
     d["visibility_agrees"] = None if gv is None else r.visibility in VISIBILITY_AGREES[gv]
     # identity and structure: only where measured and the object is not known to be absent
     absent = removed or gt_shown == 0
-    d["gt_identity"] = None if a is None or absent else ("changed" if variant == "recoloured" and iid == rec["target"] else "preserved")
-    d["eval_identity"] = None if a is None else ("preserved" if a >= cfg.tau_I else "changed")
+    d["gt_identity"] = None if a is None or absent else (CHANGED if variant == "recoloured" and iid == rec["target"] else PRESERVED)
+    d["eval_identity"] = None if a is None else judgment(a, cfg.tau_I)
     d["identity_agrees"] = None if d["gt_identity"] is None else d["gt_identity"] == d["eval_identity"]
-    d["gt_structure"] = None if s is None or absent else "preserved"
-    d["eval_structure"] = None if s is None else ("preserved" if s >= cfg.tau_S else "changed")
+    d["gt_structure"] = None if s is None or absent else PRESERVED
+    d["eval_structure"] = None if s is None else judgment(s, cfg.tau_S)
     d["structure_agrees"] = None if d["gt_structure"] is None else d["gt_structure"] == d["eval_structure"]
     return d
 

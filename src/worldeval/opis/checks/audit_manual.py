@@ -23,13 +23,21 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from worldeval.opis.checks.audit import DIMENSIONS, agreement
+from worldeval.opis.checks.audit import DIMENSIONS, JUDGMENTS, NULL, agreement, eval_association, judgment
+from worldeval.opis.labels import VISIBILITY, Status, StructureSource, Visibility
 from worldeval.opis.scoring import TAU_I, TAU_S
 from worldeval.runs import atomic_write_json, atomic_write_text
 
-VISIBILITY_LABELS = ("expected_visible", "occluded", "out_of_view", "too_small", "unknown")
-THREE_LABELS = ("preserved", "changed", "unassessable")
 CLAIM_LABELS = ("supported", "contradicted", "unknown")
+# The labelling page's buttons per dimension, [label, keyboard key] (association's candidate numbers,
+# 1-9, come before its fixed labels); the page's rubric describes each label.
+PAGE_LABELS = {
+    "association": [[NULL, "n"], [Status.AMBIGUOUS, "a"]],
+    "visibility": [[Visibility.EXPECTED, "v"], [Visibility.OCCLUDED, "o"], [Visibility.OUT_OF_VIEW, "f"],
+                   [Visibility.TOO_SMALL, "s"], [Visibility.UNKNOWN, "u"]],
+    "identity": [[lab, lab[0]] for lab in JUDGMENTS],
+    "structure": [[lab, lab[0]] for lab in JUDGMENTS],
+}
 
 
 class AuditError(ValueError):
@@ -55,7 +63,7 @@ class Decision:
 def _label(x: float | None, tau: float) -> str | None:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return None
-    return "preserved" if x >= tau else "changed"
+    return judgment(x, tau)
 
 
 def decisions_of(run_dir: Path, tau_I: float = TAU_I, tau_S: float = TAU_S) -> list[Decision]:
@@ -73,7 +81,7 @@ def decisions_of(run_dir: Path, tau_I: float = TAU_I, tau_S: float = TAU_S) -> l
         if rec is None:
             continue  # no per-frame record: nothing to show a person
         base = dict(model=str(r.model), case_id=str(r.case_id), instance_id=str(r.instance_id), frame=int(r.frame), record=rec)
-        assoc = "matched" if r.matched else ("ambiguous" if r.ambiguous else "null")
+        assoc = eval_association(r.matched, r.ambiguous)
         out.append(Decision("association", decision=assoc, **base))
         out.append(Decision("visibility", decision=str(r.visibility), **base))
         for dim, val, tau in (("identity", r.appearance, tau_I), ("structure", r.structure, tau_S)):
@@ -165,7 +173,7 @@ def _frame_objects(rec: dict, frame: int) -> list[dict]:
 
 def _candidates(objects: list[dict], item_key: str) -> list[dict]:
     """Observations of the frame (matched and extra), in an order that reveals nothing."""
-    cands = [o for o in objects if o.get("status") in ("matched", "extra") and o.get("box")]
+    cands = [o for o in objects if o.get("status") in (Status.MATCHED, Status.EXTRA) and o.get("box")]
     order = sorted(range(len(cands)), key=lambda k: hashlib.sha256(f"{item_key}:{k}".encode()).hexdigest())
     return [cands[k] for k in order]
 
@@ -187,7 +195,7 @@ def build_item(d: Decision, k: int, media: _Media) -> tuple[dict, dict]:
     label = d.decision
     if d.dimension == "association":
         boxes = [(o["box"], (255, 140, 0), str(n + 1)) for n, o in enumerate(cands)]
-        if d.decision == "matched":
+        if d.decision == Status.MATCHED:
             mine = next(o for o in objects if o.get("instance_id") == d.instance_id)
             label = str(next(n + 1 for n, o in enumerate(cands) if o is mine))
     elif d.dimension == "visibility":
@@ -240,7 +248,7 @@ def render_page(items: list[dict], images: dict[str, str], audit_id: str) -> str
 
     template = files("worldeval.opis").joinpath("templates/audit.html").read_text(encoding="utf-8")
     data = json.dumps({"audit_id": audit_id, "items": items, "images": images}).replace("</", "<\\/")
-    return template.replace("/*AUDIT_DATA*/null", data)
+    return template.replace("/*AUDIT_LABELS*/null", json.dumps(PAGE_LABELS)).replace("/*AUDIT_DATA*/null", data)
 
 
 # ----------------------------------------------------------------------------- agreement
@@ -258,8 +266,8 @@ def _read(path: Path, what: str) -> dict:
 
 def _allowed(dimension: str, n_candidates: int) -> set[str]:
     if dimension == "association":
-        return {str(k) for k in range(1, n_candidates + 1)} | {"null", "ambiguous"}
-    return set(VISIBILITY_LABELS) if dimension == "visibility" else set(THREE_LABELS)
+        return {str(k) for k in range(1, n_candidates + 1)} | {lab for lab, _ in PAGE_LABELS["association"]}
+    return set(VISIBILITY) if dimension == "visibility" else set(JUDGMENTS)
 
 
 def agree(audit_dir: str | Path, labels_path: str | Path) -> dict:
@@ -321,12 +329,12 @@ def claim_judgments(run_dir: Path, tau_S: float = TAU_S) -> tuple[dict[tuple, st
         return per_claim, "claim"
     rows = read_archives(run.archive_files, run.notes)
     rows = rows[~rows["extra"].astype(bool)] if not rows.empty else rows
-    judged = {(r.model, r.case_id, r.instance_id) for r in rows.itertuples() if r.structure_source == "claims"}
+    judged = {(r.model, r.case_id, r.instance_id) for r in rows.itertuples() if r.structure_source == StructureSource.CLAIMS}
     out = {}
     for r in rows.itertuples():
         if (r.model, r.case_id, r.instance_id) not in judged or not r.matched:
             continue
-        s = None if r.structure_source != "claims" or pd.isna(r.structure) else float(r.structure)
+        s = None if r.structure_source != StructureSource.CLAIMS or pd.isna(r.structure) else float(r.structure)
         out[(r.model, r.case_id, int(r.frame), r.instance_id, "*")] = "unknown" if s is None else ("supported" if s >= tau_S else "contradicted")
     return out, "object-frame"
 

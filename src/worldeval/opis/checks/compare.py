@@ -26,7 +26,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from worldeval.opis.archive import ARCHIVE_TRACKS, EXCLUDED, read_archive
+from worldeval.opis.archive import read_archive
+from worldeval.opis.labels import ARCHIVE_TRACKS, EXCLUDED, Visibility
 from worldeval.opis.scoring import TAU_I, TAU_S, ScoreConfig, score_runs
 
 STATES = ("matched", "missing", "unknown", "not_visible")
@@ -129,7 +130,7 @@ def _model_rows(df: pd.DataFrame, model: str) -> pd.DataFrame:
     matched = sel["matched"].to_numpy(dtype=bool)
     # A match implies expected_visible and ambiguous rows carry unknown (archive rules), so
     # the order of these tests only matters for rows the validator already rejected.
-    state = np.select([matched, vis == "expected_visible", vis == "unknown"], [0, 1, 2], 3)
+    state = np.select([matched, vis == Visibility.EXPECTED, vis == Visibility.UNKNOWN], [0, 1, 2], 3)
     return pd.DataFrame({
         "case_id": sel["case_id"].astype(str).to_numpy(),
         "frame": sel["frame"].to_numpy(dtype=np.int64),

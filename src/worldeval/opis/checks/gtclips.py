@@ -33,7 +33,8 @@ from typing import Any, Iterator
 import numpy as np
 
 from worldeval.errors import InputError
-from worldeval.opis.case import KINEMATICS, TRACKS
+from worldeval.opis.case import DEFAULT_FPS
+from worldeval.opis.labels import KINEMATICS, TRACKS
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 VARIANTS = ("real", "recoloured", "removed", "pasted")
@@ -164,7 +165,7 @@ def _load_meta(path: Path | None) -> dict[str, Any]:
     return meta
 
 
-def load_clip(name: str, frames_dir: Path, masks_dir: Path, fps: float = 24.0, meta_path: Path | None = None) -> GTClip:
+def load_clip(name: str, frames_dir: Path, masks_dir: Path, fps: float = DEFAULT_FPS, meta_path: Path | None = None) -> GTClip:
     """Check one clip's files (sizes, names, frame-0 mask) and return it; raises GTError naming the file."""
     frames_dir, masks_dir = Path(frames_dir), Path(masks_dir)
     if not frames_dir.is_dir():
@@ -228,7 +229,7 @@ def find_clips(root: str | Path) -> list[tuple[str, Path, Path, Path | None]]:
     return clips
 
 
-def load_clips(root: str | Path, fps: float = 24.0) -> tuple[list[GTClip], dict[str, dict]]:
+def load_clips(root: str | Path, fps: float = DEFAULT_FPS) -> tuple[list[GTClip], dict[str, dict]]:
     """Every clip under `root` that loads, and {clip: {"file", "field", "message"}} for those that do not."""
     clips, errors = [], {}
     for name, fdir, mdir, meta in find_clips(root):

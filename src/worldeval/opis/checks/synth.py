@@ -47,7 +47,7 @@ import cv2
 import numpy as np
 
 from worldeval.media import sample_frame_indices, write_video
-from worldeval.opis.case import Case, rotation_from_angles
+from worldeval.opis.case import DEFAULT_FPS, Case, rotation_from_angles
 
 # Bump when a change alters the rendered clips or the target choice, so resumed runs re-render.
 SYNTH_VERSION = 5
@@ -73,7 +73,7 @@ class PanTrajectory:
     yaw_deg: float = 12.0
     pitch_deg: float = 3.0
     duration_s: float = 5.0
-    fps: float = 24.0
+    fps: float = DEFAULT_FPS
     roll_deg: float = 0.0
     zoom: float = 1.0
 

@@ -24,7 +24,8 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from worldeval.opis.case import CaseError, iter_case_dirs, load_case
+from worldeval.errors import CaseError
+from worldeval.opis.case import iter_case_dirs, load_case
 from worldeval.opis.checks.synth import INTERVENTIONS, SYNTH_VERSION, SynthConfig, synthesize_case
 from worldeval.runs import atomic_write_json
 

@@ -29,7 +29,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from worldeval.opis.perception.association import box_iou
+from worldeval.geometry import box_iou
 from worldeval.opis.checks.synth import int_box, dilate, find_free_spot
 
 CLIP_INTERVENTIONS = ("faithful", "removed", "recoloured", "pasted")

@@ -8,6 +8,10 @@ from typing import List, Optional
 
 import typer
 
+# The options' defaults are the annotation spec's own, so the command cannot drift from the Python API.
+from worldeval.opis.cases.annotate import AnnotateSpec
+from worldeval.opis.claims import MAX_CLAIMS
+
 
 def _parse_per_object(values: list[str] | None, n: int, option: str) -> list[str | None]:
     """`--kinematics rigid` applies to all objects; `--kinematics 2=deformable` to the 2nd (1-based)."""
@@ -40,17 +44,17 @@ def _annotate(
     track: Optional[List[str]] = typer.Option(
         None, "--track", help="static|dynamic for all objects, or N=LABEL (default: dynamic for a person or animal "
                               "or a part of one, else static if rigid, else dynamic)."),
-    backend: str = typer.Option("grabcut", "--backend", help="Mask source: grabcut (embedded) or hf (SAM 2/3)."),
+    backend: str = typer.Option(AnnotateSpec.segmenter, "--backend", help="Mask source: grabcut (embedded) or hf (SAM 2/3)."),
     case_id: Optional[str] = typer.Option(None, "--id", help="Case id (default: the output folder's name)."),
-    domain: Optional[str] = typer.Option(None, "--domain", help="Domain (default real_world)."),
-    subcategory: Optional[str] = typer.Option(None, "--subcategory", help="Subcategory (default unspecified)."),
+    domain: Optional[str] = typer.Option(None, "--domain", help=f"Domain (default {AnnotateSpec.domain})."),
+    subcategory: Optional[str] = typer.Option(None, "--subcategory", help=f"Subcategory (default {AnnotateSpec.subcategory})."),
     instruction: Optional[str] = typer.Option(None, "--instruction", help="Text prompt (default: written from the camera task)."),
     camera: Optional[str] = typer.Option(
         None, "--camera", help="Camera preset (pan-right-return, pan-left-return, tilt-up-return, tilt-down-return, "
                                "truck-right-return, dolly-in-return, hold) or a JSON file with a camera_task."),
     amount: Optional[float] = typer.Option(None, "--camera-amount", help="Preset amplitude (degrees, or depth units)."),
-    duration: Optional[float] = typer.Option(None, "--duration", help="Camera task duration in seconds (default 10)."),
-    fps: Optional[float] = typer.Option(None, "--fps", help="Camera task frame rate (default 24)."),
+    duration: Optional[float] = typer.Option(None, "--duration", help=f"Camera task duration in seconds (default {AnnotateSpec.duration_s:g})."),
+    fps: Optional[float] = typer.Option(None, "--fps", help=f"Camera task frame rate (default {AnnotateSpec.fps:g})."),
     max_side: Optional[int] = typer.Option(None, "--max-side", help="Downscale the image so its longest side is at most this."),
     depth: Optional[str] = typer.Option(
         None, "--depth", help="Depth: a .npy/.npz file, or 'model' (a backend's depth estimator); default: flat fallback."),
@@ -60,7 +64,7 @@ def _annotate(
     claims: bool = typer.Option(False, "--claims", help="Ask the configured VLM, from I0, for structural claims of every dynamic object "
                                 "(parts, connectivity, local shape, material) and store them in case.json. Without IMAGE, --spec "
                                 "and --object: add claims to the existing case in --out."),
-    max_claims: int = typer.Option(12, "--max-claims", help="At most this many claims per object (1-12)."),
+    max_claims: int = typer.Option(MAX_CLAIMS, "--max-claims", help=f"At most this many claims per object (1-{MAX_CLAIMS})."),
     base_url: Optional[str] = typer.Option(None, "--base-url", help="VLM endpoint (OpenAI-compatible)."),
     judge_model: Optional[str] = typer.Option(None, "--judge-model", help="VLM model name."),
     api_key: Optional[str] = typer.Option(None, "--api-key", help="VLM API key (never written anywhere)."),
@@ -68,7 +72,7 @@ def _annotate(
     backend_option: Optional[List[str]] = typer.Option(
         None, "--backend-option", help="hf backend option KEY=VALUE (repeatable): sam3=PATH, depth=PATH, models_dir=DIR, "
                                        "score_threshold=...; default models: `worldeval models fetch`'s folder."),
-    seed: int = typer.Option(0, "--seed", help="Seed of GrabCut's initialisation."),
+    seed: int = typer.Option(AnnotateSpec.seed, "--seed", help="Seed of GrabCut's initialisation."),
     quiet: bool = typer.Option(False, "--quiet"),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary."),
 ) -> None:
@@ -124,7 +128,7 @@ def _build_case(opt: dict, err) -> tuple[Path, list[str]]:
 def _spec_from_options(opt: dict):
     """(AnnotateSpec, image path, per object the file or option it came from) from --spec and the
     command-line options, which override the spec. Labels not given are inferred from the noun phrase."""
-    from worldeval.opis.cases.annotate import AnnotateError, AnnotateSpec, check_prompt, label_prompt, load_spec_file
+    from worldeval.opis.cases.annotate import AnnotateError, check_prompt, label_prompt, load_spec_file
     from worldeval.opis.cases.annotate import parse_object_option
 
     spec = opt["spec"]
@@ -147,7 +151,7 @@ def _spec_from_options(opt: dict):
     for k, p in enumerate(aspec.objects):
         label_prompt(check_prompt(p, origins[k], k))
     aspec.segmenter = opt["backend"]
-    aspec.case_id = opt["case_id"] or (aspec.case_id if spec is not None and aspec.case_id != "case_0001" else opt["out"].name)
+    aspec.case_id = opt["case_id"] or (aspec.case_id if spec is not None and aspec.case_id != AnnotateSpec.case_id else opt["out"].name)
     for attr, name in (("domain", "domain"), ("subcategory", "subcategory"), ("instruction", "instruction"),
                        ("camera_amount", "amount"), ("duration_s", "duration"), ("fps", "fps"),
                        ("max_side", "max_side"), ("depth", "depth"), ("dedup_iou", "dedup_iou")):
@@ -224,7 +228,7 @@ def _claims_only(out: Path, base_url, judge_model, api_key, max_claims: int, qui
 
     from worldeval.judge import JudgeConfig
     from worldeval.opis import claims as claims_mod
-    from worldeval.opis.case import CaseError
+    from worldeval.errors import CaseError
 
     if not 1 <= max_claims <= claims_mod.MAX_CLAIMS:
         raise typer.BadParameter(f"must be in 1..{claims_mod.MAX_CLAIMS}", param_hint="--max-claims")

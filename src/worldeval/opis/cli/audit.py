@@ -13,6 +13,9 @@ from typing import Optional
 
 import typer
 
+# The options' defaults are the audit's own config, so the command cannot drift from the Python API.
+from worldeval.opis.checks.audit import AuditConfig, render, run_audit
+
 audit_app = typer.Typer(help="Check the evaluator against ground truth (--gt DIR) or people (sample, agree).",
                         invoke_without_command=True, no_args_is_help=False)
 
@@ -32,10 +35,10 @@ def audit_gt(
     ctx: typer.Context,
     gt: Optional[Path] = typer.Option(None, "--gt", help="Ground-truth clips: <clip>/frames + <clip>/masks, or JPEGImages/ + Annotations/."),
     out: Path = typer.Option(Path("audit_out"), "--out", help="Output folder: cases, rollouts, run folders, decisions.csv, audit.json."),
-    backend: str = typer.Option("classical", "--backend", help="Perception backend: classical | hf."),
-    device: str = typer.Option("cpu", "--device", help="cpu | cuda"),
-    fps: float = typer.Option(24.0, "--fps", help="Frame rate of the clips (an instances.json 'fps' overrides it)."),
-    workers: int = typer.Option(1, "--workers", help="Evaluation worker processes (0: in this process)."),
+    backend: str = typer.Option(AuditConfig.backend, "--backend", help="Perception backend: classical | hf."),
+    device: str = typer.Option(AuditConfig.device, "--device", help="cpu | cuda"),
+    fps: float = typer.Option(AuditConfig.fps, "--fps", help="Frame rate of the clips (an instances.json 'fps' overrides it)."),
+    workers: int = typer.Option(AuditConfig.workers, "--workers", help="Evaluation worker processes (0: in this process)."),
     max_side: Optional[int] = typer.Option(None, "--max-side", help="Evaluate frames at most this large."),
     force: bool = typer.Option(False, "--force", help="Write the rollouts and evaluate them again (after changing the evaluator: resume only tracks inputs and settings)."),
     as_json: bool = typer.Option(False, "--json", help="Print the agreement JSON instead of the tables."),
@@ -47,7 +50,6 @@ def audit_gt(
     if gt is None:
         typer.echo(ctx.get_help())
         raise typer.Exit(2)
-    from worldeval.opis.checks.audit import AuditConfig, render, run_audit
     from worldeval.opis.checks.gtclips import GTError
 
     if fps <= 0:

@@ -8,6 +8,9 @@ from typing import Any, List, Optional
 
 import typer
 
+# `opis build`'s defaults are the build config's own, so the command cannot drift from the Python API.
+from worldeval.opis.cases.build import BuildConfig
+
 
 def vlm_transport() -> Any:
     """The judge transport for these commands; None: the OpenAI-compatible endpoint (tests script a mock here)."""
@@ -61,8 +64,7 @@ def _echo_summary(summary: dict, as_json: bool, what: str) -> None:
 
 
 def _config(backend, backend_option, device, vocabulary, min_objects, rounds, dedup_iou, kinematics, track, depth,
-            domain, subcategory, duration, max_side, seed, review, box_format="xywh", clean=False):
-    from worldeval.opis.cases.build import BuildConfig
+            domain, subcategory, duration, max_side, seed, review, box_format=BuildConfig.box_format, clean=False):
     from worldeval.opis.cli.eval import parse_options
 
     return BuildConfig(backend=backend, backend_options=parse_options(backend_option), device=device,
@@ -76,7 +78,7 @@ def _config(backend, backend_option, device, vocabulary, min_objects, rounds, de
 def _build(
     images: Optional[Path] = typer.Argument(None, help="Folder of images (or of <id>/image.jpg folders), or a list file."),
     out: Path = typer.Option(..., "--out", help="Dataset folder to write (one case folder per accepted image)."),
-    backend: str = typer.Option("classical", "--backend", help="classical (GrabCut from VLM boxes), hf (SAM 3 rounds) or any registered backend / module:builder."),
+    backend: str = typer.Option(BuildConfig.backend, "--backend", help="classical (GrabCut from VLM boxes), hf (SAM 3 rounds) or any registered backend / module:builder."),
     backend_option: List[str] = typer.Option([], "--backend-option", help="hf backend KEY=VALUE (sam3=DIR, dinov3=DIR, depth=DIR, ...)."),
     vocabulary: Optional[Path] = typer.Option(None, "--vocabulary", help="The source's own noun phrases (a line each, or a JSON list)."),
     review: bool = typer.Option(False, "--review", help="Write review/<case>.html (masks, crops, phrases, task) per case."),
@@ -84,20 +86,20 @@ def _build(
     base_url: Optional[str] = typer.Option(None, "--base-url", help="VLM endpoint (OpenAI-compatible)."),
     judge_model: Optional[str] = typer.Option(None, "--judge-model", help="VLM model name."),
     api_key: Optional[str] = typer.Option(None, "--api-key", help="VLM API key (never written anywhere)."),
-    min_objects: int = typer.Option(3, "--min-objects", help="Screening: fewest distinguishable objects an image needs."),
-    rounds: int = typer.Option(3, "--rounds", help="Concept-segmentation rounds (hf)."),
-    dedup_iou: float = typer.Option(0.8, "--dedup-iou", help="Mask IoU at which a later instance is a duplicate."),
+    min_objects: int = typer.Option(BuildConfig.min_objects, "--min-objects", help="Screening: fewest distinguishable objects an image needs."),
+    rounds: int = typer.Option(BuildConfig.rounds, "--rounds", help="Concept-segmentation rounds (hf)."),
+    dedup_iou: float = typer.Option(BuildConfig.dedup_iou, "--dedup-iou", help="Mask IoU at which a later instance is a duplicate."),
     kinematics: List[str] = typer.Option([], "--kinematics", help="PHRASE=rigid|articulated|deformable (overrides the VLM)."),
     track: List[str] = typer.Option([], "--track", help="PHRASE=static|dynamic (overrides the VLM)."),
     depth: Optional[str] = typer.Option(None, "--depth", help="'model': the backend's depth model; default: flat scaffold."),
-    domain: str = typer.Option("real_world", "--domain"),
-    subcategory: str = typer.Option("unspecified", "--subcategory"),
-    duration: float = typer.Option(10.0, "--duration", help="Camera task duration in seconds."),
-    max_side: int = typer.Option(1280, "--max-side", help="Work at most this large (longest side)."),
-    device: str = typer.Option("cpu", "--device"),
-    seed: int = typer.Option(0, "--seed"),
+    domain: str = typer.Option(BuildConfig.domain, "--domain"),
+    subcategory: str = typer.Option(BuildConfig.subcategory, "--subcategory"),
+    duration: float = typer.Option(BuildConfig.duration_s, "--duration", help="Camera task duration in seconds."),
+    max_side: int = typer.Option(BuildConfig.max_side, "--max-side", help="Work at most this large (longest side)."),
+    device: str = typer.Option(BuildConfig.device, "--device"),
+    seed: int = typer.Option(BuildConfig.seed, "--seed"),
     workers: int = typer.Option(1, "--workers", help="Images built at once (threads sharing the VLM client)."),
-    box_format: str = typer.Option("xywh", "--box-format", help="How the VLM writes boxes: xywh, xyxy (pixels), "
+    box_format: str = typer.Option(BuildConfig.box_format, "--box-format", help="How the VLM writes boxes: xywh, xyxy (pixels), "
                                                                  "xyxy-1000 or yxyx-1000 (0-1000 grid, e.g. Gemini)."),
     clean: bool = typer.Option(False, "--vlm-clean", help="After the rule-based phrase cleaning, a VLM pass (one request)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
@@ -150,7 +152,7 @@ def _source(
 
     from worldeval.errors import InputError
     from worldeval.opis.cases.source import Gate, SourceConfig, SourceEndpoint, run_source
-    from worldeval.worldcast.generate_api import GenConfig
+    from worldeval.generator import GenConfig
 
     key = api_key or os.environ.get("OPENAI_API_KEY") or None
     url = base_url or os.environ.get("OPENAI_BASE_URL") or None

@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 
 # The thresholds' defaults are scoring's own, so the comparison judges pass/fail the way scoring does.
-from worldeval.opis.scoring import TAU_I, TAU_S
+from worldeval.opis.scoring import ScoreConfig
 
 __all__ = ["register", "render_tables"]
 
@@ -112,11 +112,11 @@ def compare_command(
     run_b: Path = typer.Argument(..., help="Run B: a run folder (or Parquet file) of the same videos."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the tables."),
     out: Optional[Path] = typer.Option(None, "--out", help="Also write OUT/compare.json and OUT/decisions.csv."),
-    variant: str = typer.Option("strict", "--variant", help="Scoring variant of the per-case scores."),
+    variant: str = typer.Option(ScoreConfig.variant, "--variant", help="Scoring variant of the per-case scores."),
     model_a: Optional[str] = typer.Option(None, "--model-a", help="Model of run A (default: its only one, or B's name)."),
     model_b: Optional[str] = typer.Option(None, "--model-b", help="Model of run B (default: its only one, or A's name)."),
-    tau_i: float = typer.Option(TAU_I, "--tau-i", help="Identity pass threshold tau_I."),
-    tau_s: float = typer.Option(TAU_S, "--tau-s", help="Structure pass threshold tau_S."),
+    tau_i: float = typer.Option(ScoreConfig.tau_I, "--tau-i", help="Identity pass threshold tau_I."),
+    tau_s: float = typer.Option(ScoreConfig.tau_S, "--tau-s", help="Structure pass threshold tau_S."),
 ) -> None:
     """Compare two OPIS runs of the same videos: object-frame agreement and per-case score differences."""
     from worldeval.opis.archive import ArchiveError

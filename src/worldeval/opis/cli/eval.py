@@ -84,7 +84,7 @@ def register(app: typer.Typer) -> None:
         max_side: Optional[int] = typer.Option(None, "--max-side", help="Decode frames at most this large."),
         propagation_stride: int = typer.Option(EvalConfig.model_fields["propagation_stride"].default, "--propagation-stride", help="Propagate I0's masks every k-th video frame (the protocol's 4; 8 is faster, docs/validation.md)."),
         max_frames: Optional[int] = typer.Option(None, "--max-frames", help="Keep only the first N sampled frames (the OPIS authors' evaluator: 64)."),
-        first_frame: str = typer.Option("round", "--first-frame", help="First sample: round (SPEC: round(1 s x fps)) or at_or_after (the authors': the first frame at or after 1 s)."),
+        first_frame: str = typer.Option(EvalConfig.model_fields["first_frame"].default, "--first-frame", help="First sample: round (SPEC: round(1 s x fps)) or at_or_after (the authors': the first frame at or after 1 s)."),
         no_propagation: bool = typer.Option(False, "--no-propagation", help="Turn the propagation stage off (the search alone)."),
         batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Frames per segmenter/embedder batch (hf: the backend option batch_size)."),
         base_url: Optional[str] = typer.Option(None, "--base-url", help="Judge endpoint for structural claims (OpenAI-compatible)."),
@@ -96,7 +96,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Evaluate rollouts: per sampled frame, Presence/Identity/Structure measurements into RUN_DIR."""
         from worldeval.opis.backends.registry import BackendNotFound, resolve
-        from worldeval.opis.case import CaseError
+        from worldeval.errors import CaseError
         from worldeval.opis.run import run_eval
         from worldeval.runs import ResumeError
 

@@ -19,7 +19,7 @@ def import_official_command(
     Exit status: 0 all imported, 1 some case failed (named by file and field; the others are written),
     2 SRC holds no case.
     """
-    from worldeval.opis.case import CaseError
+    from worldeval.errors import CaseError
     from worldeval.opis.official.layout import import_official
 
     try:

@@ -41,7 +41,8 @@ def _produce(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from worldeval.opis.case import CaseError, iter_case_dirs
+    from worldeval.errors import CaseError
+    from worldeval.opis.case import iter_case_dirs
     from worldeval.opis.producers import get_producer, produce_dataset
 
     err = Console(stderr=True)

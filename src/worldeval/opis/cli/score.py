@@ -10,7 +10,8 @@ from typing import List, Optional
 import typer
 
 # The options' defaults are scoring's own, so the command cannot drift from the Python API.
-from worldeval.opis.scoring import ALL_VARIANTS, OFFICIAL, TAU_I, TAU_S
+from worldeval.opis.official.v3 import BOOTSTRAP as OFFICIAL_BOOTSTRAP
+from worldeval.opis.scoring import ALL_VARIANTS, OFFICIAL, ScoreConfig
 
 __all__ = ["LEADERBOARD_NOTE", "coverage", "register", "score_runs", "render_tables"]
 
@@ -22,7 +23,7 @@ LEADERBOARD_NOTE = ("A model that repeats I0 can score at the top: nothing moves
 
 def score_runs(paths, config=None) -> dict:
     """Python API: score run folders / Parquet files; see `worldeval.opis.scoring.score_runs`."""
-    from worldeval.opis.scoring import ScoreConfig, score_runs as _score_runs
+    from worldeval.opis.scoring import score_runs as _score_runs
 
     return _score_runs(paths, config or ScoreConfig())
 
@@ -136,23 +137,21 @@ def render_tables(result: dict, console=None) -> None:
 def score_command(
     run_dirs: List[Path] = typer.Argument(..., help="Run folders (measurements.parquet, measurements/<model>.parquet, parts/) or Parquet files."),
     as_json: bool = typer.Option(False, "--json", help="Print the JSON object of SPEC section 3."),
-    variant: str = typer.Option("strict", "--variant", help=f"Aggregation variant: {'|'.join(ALL_VARIANTS)} "
+    variant: str = typer.Option(ScoreConfig.variant, "--variant", help=f"Aggregation variant: {'|'.join(ALL_VARIANTS)} "
                                 f"({OFFICIAL}: the OPIS authors' evaluator's aggregation)."),
     bootstrap: Optional[int] = typer.Option(None, "--bootstrap", help="Bootstrap replicates for the OPIS CI (0 skips it; "
-                                            f"default 2000, and the authors' 10000 with {OFFICIAL})."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap."),
-    tau_i: float = typer.Option(TAU_I, "--tau-i", help="Identity acceptance threshold tau_I."),
-    tau_s: float = typer.Option(TAU_S, "--tau-s", help="Structure acceptance threshold tau_S."),
-    w_p: float = typer.Option(0.2, "--w-p", help="Weight of Presence."),
-    w_i: float = typer.Option(0.4, "--w-i", help="Weight of Identity."),
-    w_s: float = typer.Option(0.4, "--w-s", help="Weight of Structure."),
-    ci_level: float = typer.Option(0.95, "--ci-level", help="Confidence level of the percentile interval."),
+                                            f"default {ScoreConfig.bootstrap}, and the authors' {OFFICIAL_BOOTSTRAP} with {OFFICIAL})."),
+    seed: int = typer.Option(ScoreConfig.seed, "--seed", help="Seed of the bootstrap."),
+    tau_i: float = typer.Option(ScoreConfig.tau_I, "--tau-i", help="Identity acceptance threshold tau_I."),
+    tau_s: float = typer.Option(ScoreConfig.tau_S, "--tau-s", help="Structure acceptance threshold tau_S."),
+    w_p: float = typer.Option(ScoreConfig.weights[0], "--w-p", help="Weight of Presence."),
+    w_i: float = typer.Option(ScoreConfig.weights[1], "--w-i", help="Weight of Identity."),
+    w_s: float = typer.Option(ScoreConfig.weights[2], "--w-s", help="Weight of Structure."),
+    ci_level: float = typer.Option(ScoreConfig.ci_level, "--ci-level", help="Confidence level of the percentile interval."),
     out: Optional[Path] = typer.Option(None, "--out", help="Also write the JSON object to this file."),
 ) -> None:
     """Score OPIS measurement archives: P, I, S, C_S, OPIS with bootstrap CI, variants and diagnostics."""
     from worldeval.opis.archive import ArchiveError
-    from worldeval.opis.official.v3 import BOOTSTRAP as OFFICIAL_BOOTSTRAP
-    from worldeval.opis.scoring import ScoreConfig
 
     if bootstrap is None:
         bootstrap = OFFICIAL_BOOTSTRAP if variant == OFFICIAL else ScoreConfig.bootstrap

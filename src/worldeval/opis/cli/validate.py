@@ -7,6 +7,10 @@ from pathlib import Path
 
 import typer
 
+# The options' defaults are the self-check's own configs, so the command cannot drift from the Python API.
+from worldeval.opis.checks.synth import CAMERA_PATHS, PanTrajectory, SynthConfig, camera_path
+from worldeval.opis.checks.validate import ValidateConfig
+
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to `app`."""
@@ -20,16 +24,16 @@ def _register_validate(app: typer.Typer) -> None:
         dataset: Path = typer.Option(None, "--dataset", help="OPIS dataset folder (cases per SPEC section 2)."),
         clips: list[Path] = typer.Option([], "--clip", help="A real clip folder (frames/*.jpg + per-frame masks/*.png, DAVIS layout); repeatable. Checked with interventions inside its ground-truth masks."),
         out: Path = typer.Option(Path("validate_out"), "--out", help="Output folder: rollouts, run folder, validate.json."),
-        backend: str = typer.Option("classical", "--backend", help="Perception backend: classical | hf."),
-        device: str = typer.Option("cpu", "--device", help="cpu | cuda"),
-        workers: int = typer.Option(1, "--workers", help="Evaluation worker processes."),
-        executor: str = typer.Option("local", "--executor", help="local | ray"),
-        seconds: float = typer.Option(5.0, "--seconds", help="Length of each synthetic rollout."),
-        fps: float = typer.Option(24.0, "--fps", help="Frame rate of the synthetic rollouts."),
+        backend: str = typer.Option(ValidateConfig.backend, "--backend", help="Perception backend: classical | hf."),
+        device: str = typer.Option(ValidateConfig.device, "--device", help="cpu | cuda"),
+        workers: int = typer.Option(ValidateConfig.workers, "--workers", help="Evaluation worker processes."),
+        executor: str = typer.Option(ValidateConfig.executor, "--executor", help="local | ray"),
+        seconds: float = typer.Option(PanTrajectory.duration_s, "--seconds", help="Length of each synthetic rollout."),
+        fps: float = typer.Option(PanTrajectory.fps, "--fps", help="Frame rate of the synthetic rollouts."),
         camera: str = typer.Option("cycle", "--camera", help="Camera path of the synthetic rollouts: pan | tilt | zoom | cycle (cases take pan, tilt, zoom in turn) | custom (--yaw/--pitch)."),
-        yaw: float = typer.Option(12.0, "--yaw", help="With --camera custom: peak camera turn to the right, degrees."),
-        pitch: float = typer.Option(3.0, "--pitch", help="With --camera custom: peak camera turn upwards, degrees."),
-        target_policy: str = typer.Option("sized", "--target-policy", help="How the edited object is picked: sized | largest | colourful."),
+        yaw: float = typer.Option(PanTrajectory.yaw_deg, "--yaw", help="With --camera custom: peak camera turn to the right, degrees."),
+        pitch: float = typer.Option(PanTrajectory.pitch_deg, "--pitch", help="With --camera custom: peak camera turn upwards, degrees."),
+        target_policy: str = typer.Option(SynthConfig.target_policy, "--target-policy", help="How the edited object is picked: sized | largest | colourful."),
         plane_depth: bool = typer.Option(False, "--plane-depth", help="Give each case without geometry a flat depth (exact for the synthetic camera, which only turns and zooms), so static Structure is eq. 4 and a moved or resized object can show."),
         force: bool = typer.Option(False, "--force", help="Render the rollouts again and re-evaluate them all (use after changing the evaluator: its resume only tracks settings)."),
         as_json: bool = typer.Option(False, "--json", help="Print the result JSON instead of the table."),
@@ -39,9 +43,8 @@ def _register_validate(app: typer.Typer) -> None:
         """Metamorphic self-check of the evaluator on the dataset's own images."""
         from rich.console import Console
 
-        from worldeval.opis.case import CaseError
-        from worldeval.opis.checks.synth import CAMERA_PATHS, PanTrajectory, SynthConfig, camera_path
-        from worldeval.opis.checks.validate import ValidateConfig, render_table, run_validate
+        from worldeval.errors import CaseError
+        from worldeval.opis.checks.validate import render_table, run_validate  # here: tests replace run_validate
 
         if dataset is None and not clips:
             raise typer.BadParameter("give --dataset and/or --clip", param_hint="--dataset")
@@ -103,7 +106,7 @@ def _register_build_coco(app: typer.Typer) -> None:
         out: Path = typer.Option(..., "--out", help="Where to write the OPIS dataset."),
     ) -> None:
         """Build one OPIS case per COCO photo of the coco_multiobj sample."""
-        from worldeval.opis.case import CaseError
+        from worldeval.errors import CaseError
         from worldeval.opis.cases.coco import build_coco_dataset
 
         try:

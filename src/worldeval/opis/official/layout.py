@@ -29,7 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from worldeval.opis.case import CaseError, CaseSpec, mask_bbox
+from worldeval.errors import CaseError
+from worldeval.geometry import mask_bbox
+from worldeval.opis.case import CaseSpec
 
 SCENE_FILE = "reference_scene.json"
 LEGACY_SCENE_FILE = "artifacts/reference_scene.json"

@@ -39,11 +39,12 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from worldeval.errors import InputError
+from worldeval.errors import CaseError, InputError
 from worldeval.opis.archive import (
     PARTS_DIR, PER_MODEL_DIR, ArchiveError, consolidate, frame_from_records, part_path, write_case_part,
 )  # fmt: skip
-from worldeval.opis.case import Case, CaseError, iter_case_dirs, load_case
+from worldeval.opis.case import Case, iter_case_dirs, load_case
+from worldeval.opis.labels import StructureSource, Track, Visibility
 
 KIND = "opis-import-run"
 CONTRACT = "3.11-strict-frame-presence-provisional"
@@ -54,7 +55,7 @@ RUN_MANIFEST = "run_manifest.json"
 # Their summary metrics kept for comparison; the projective score is their third component without structure.
 SUMMARY_METRICS = ("headline_score", "presence_score", "identity_score", "v3_structural_quality_score",
                    "v3_reference_projective_score")  # fmt: skip
-VISIBILITY_OF = {"outside_view": "out_of_view", "occluded": "occluded", "too_small": "too_small"}
+VISIBILITY_OF = {"outside_view": Visibility.OUT_OF_VIEW, "occluded": Visibility.OCCLUDED, "too_small": Visibility.TOO_SMALL}
 # Where a frame rate may sit in ffprobe's output or a hand-written video_metadata, most specific first.
 FPS_KEYS = ("fps", "avg_fps", "avg_frame_rate", "frame_rate", "r_frame_rate")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -306,38 +307,38 @@ def _unit(ln: _Line, field: str) -> float | None:
 
 def _track(diag: dict) -> str:
     if diag.get("geometry_candidate") is True:
-        return "static"
+        return Track.STATIC
     if diag.get("structure_candidate") is True:
-        return "dynamic"
-    return "excluded" if diag.get("evaluation_track") == "excluded" else "unlabeled"
+        return Track.DYNAMIC
+    return Track.EXCLUDED if diag.get("evaluation_track") == "excluded" else Track.UNLABELED
 
 
 def _presence(ln: _Line) -> dict:
     """matched / ambiguous / visibility / appearance of one row, from presence and the diagnostics."""
     p = ln.row.get("presence")
     if p is None:
-        vis = VISIBILITY_OF.get(ln.diag.get("visibility_state"), "unknown")
+        vis = VISIBILITY_OF.get(ln.diag.get("visibility_state"), Visibility.UNKNOWN)
         return {"visibility": vis, "matched": False, "ambiguous": False, "appearance": None}
     if isinstance(p, bool) or p not in (0, 1):
         raise ln.error("presence", f"must be 1, 0 or null, got {p!r}")
     if p == 0:
-        return {"visibility": "expected_visible", "matched": False, "ambiguous": False, "appearance": None}
+        return {"visibility": Visibility.EXPECTED, "matched": False, "ambiguous": False, "appearance": None}
     appearance = _unit(ln, "identity")
     if ln.diag.get("ambiguous_match") is True:
-        return {"visibility": "unknown", "matched": False, "ambiguous": True, "appearance": appearance}
-    return {"visibility": "expected_visible", "matched": True, "ambiguous": False, "appearance": appearance}
+        return {"visibility": Visibility.UNKNOWN, "matched": False, "ambiguous": True, "appearance": appearance}
+    return {"visibility": Visibility.EXPECTED, "matched": True, "ambiguous": False, "appearance": appearance}
 
 
 def _structure(ln: _Line, track: str) -> tuple[float | None, str | None]:
-    if track == "static":
+    if track == Track.STATIC:
         scored = ln.row.get("state") == "scored" and ln.diag.get("geometry_eligible") is not False
         value = _unit(ln, "visible_surface_geometry") if scored else None
-        return value, None if value is None else "static"
-    if track == "dynamic":
+        return value, None if value is None else StructureSource.STATIC
+    if track == Track.DYNAMIC:
         value = _unit(ln, "input_structure")
         evidence = ln.diag.get("structure_evidence")
         pose = isinstance(evidence, dict) and evidence.get("backend") == "pose"
-        return value, None if value is None else ("pose" if pose else "claims")
+        return value, None if value is None else (StructureSource.POSE if pose else StructureSource.CLAIMS)
     return None, None
 
 

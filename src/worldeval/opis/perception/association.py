@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from worldeval.opis.backends.base import box_iou  # noqa: F401 (its home is the backends' base)
+from worldeval.geometry import box_iou
 
 W_EMBED, W_ATTR, W_CAT = 0.6, 0.15, 0.25
 # with a likeness matrix the colour-sensitive embedding counts less than the structure evidence

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from worldeval.opis.backends.base import Observation, mask_box
+from worldeval.geometry import mask_box
+from worldeval.opis.backends.base import Observation
 from worldeval.opis.perception.likeness import brightness
 
 WORK_SIDE = 320  # the comparison runs at this longest side

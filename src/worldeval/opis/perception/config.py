@@ -41,6 +41,12 @@ class EvalConfig(BaseModel):
     extra_margin: float = 0.1  # ... and nearly as much as the matched instance it resembles, unless found strongly:
     extra_feature_score: float = 0.44  # feature-route score n/(n+10): >= 8 RANSAC inliers
     extra_template_score: float = 0.85  # template-route normalised cross-correlation
+    # an instance under this many pixels on average (square root of its I0 box area) is small: about
+    # 2.5 cells of a stride-16 feature map, too few for its template or its descriptor to single it out
+    small_side: float = 40.0
+    # label of a moving instance carried to a find that lets propagation vouch for it where its
+    # appearance does not (perception.identity.unsupported_gates)
+    support_min_label: float = 0.3
     camera_holdout: float = 0.2
     # Propagation stage (perception/propagation.py): I0's masks carried through the video by label
     # propagation, as in the DAVIS protocol of Jabri et al. 2020 / Caron et al. 2021 (their values).

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from worldeval.geometry import box_iou
 from worldeval.opis.backends.base import ROUTE_OPEN, ROUTE_PROJECTION, ROUTE_PROPAGATED, ROUTE_TEMPLATE
 from worldeval.opis.perception import projection as P
-from worldeval.opis.perception.association import box_iou
 
 UNACCOUNTED = (P.OCCLUDED, P.OUT_OF_VIEW, P.UNKNOWN, P.TOO_SMALL)  # reference states an unmatched find may be
 WHOLE = 0.85  # completeness a strong find needs to count as a copy on its own
@@ -83,12 +83,15 @@ def same_place(a: np.ndarray, b: np.ndarray, allow_inside_larger: bool = False, 
     return inter / sa > inside and not (allow_inside_larger and sb >= 3.0 * sa)
 
 
-def strong_find(o, config) -> bool:
+def strong_find(o, config, box=None) -> bool:
     """A whole second find by the instance's own keypoints, or by a near-perfect template correlation:
-    a copy of it even on another background."""
+    a copy of it even on another background. Not the correlation of a small template (`box`, the
+    instance's I0 box, under `small_side` px on average): a 28 x 34 px candle correlates with any bright
+    fold of a curtain."""
     whole = o.completeness >= WHOLE
     by_features = o.feature_score >= config.extra_feature_score and whole
-    return by_features or (o.route == ROUTE_TEMPLATE and o.score >= config.extra_template_score and whole)
+    distinctive = box is None or np.sqrt(max(0.0, box[2] * box[3])) >= config.small_side
+    return by_features or (o.route == ROUTE_TEMPLATE and o.score >= config.extra_template_score and whole and distinctive)
 
 
 def _in_seen_region(o, seen, shape) -> bool:
@@ -175,7 +178,7 @@ def search_extras(st, seen, config) -> None:
         # (SPEC section 3); a search find, or a phrase-less segment (SAM 2's point grid segments
         # the background too), is one only if it looks like an inventory object
         own = o.route == ROUTE_OPEN and o.category is not None
-        strong = own or strong_find(o, config)
+        strong = own or strong_find(o, config, st.bank.boxes[i_best])
         if not own and conf < config.extra_min_similarity:
             continue
         # a search find is a copy only if it is the object in grey-level structure or keypoints too,

@@ -27,10 +27,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from worldeval.geometry import box_iou
 from worldeval.opis.backends.base import EVIDENCE_COMPLETENESS, EVIDENCE_FEATURE_SCORE, EVIDENCE_FOUND_FOR, Backend, Observation
-from worldeval.opis.case import TRACKS, encode_rle
+from worldeval.opis.case import encode_rle
+from worldeval.opis.labels import TRACKS, Status
 from worldeval.opis.perception import projection as P
-from worldeval.opis.perception.association import Association, box_iou
+from worldeval.opis.perception.association import Association
 from worldeval.opis.perception.camera import CameraEstimate, camera_record, estimate_camera
 from worldeval.opis.perception.config import EvalConfig
 from worldeval.opis.perception.motion import frames_moving_parts, motion_proposals, wants_motion
@@ -59,6 +61,7 @@ class FrameState:
     propagated: object | None = None  # propagation.PropagatedFrame of this frame, when the stage ran
     propagation: dict[int, object] = field(default_factory=dict)  # instance -> PropagationEvidence, verified or not
     propagated_obs: list[Observation] | None = None  # the propagated masks as observations (`propagated_finds`)
+    reasons: dict[int, str] = field(default_factory=dict)  # instance -> why its state is what it is, where a rule says
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -214,7 +217,7 @@ def measure_frame(bank: ReferenceBank, frame: np.ndarray, backend: Backend, conf
     with timer("embedding"):
         embed(st, backend)
     with timer("association"):
-        associate_observations(st, backend.matcher, config)
+        associate_observations(st, backend.matcher, config, backend.embedder)
         identify(st, config, backend.embedder)
         P.resolve_occlusion(st, config)
         confirm_extras(st, config)
@@ -255,13 +258,13 @@ def frame_records(st: FrameState) -> FrameResult:
         })  # fmt: skip
         rle = None
         if j is not None:
-            status, box = "matched", obs[j].box
+            status, box = Status.MATCHED, obs[j].box
             masks[bank.ids[i]] = obs[j].mask
             rle = encode_rle(obs[j].mask)
         elif st.ambiguous[i]:
-            status, box = "ambiguous", None
+            status, box = Status.AMBIGUOUS, None
         else:
-            status = {P.EXPECTED: "missing"}.get(st.visibility[i], st.visibility[i])
+            status = {P.EXPECTED: Status.MISSING}.get(st.visibility[i], st.visibility[i])
             box = st.projs[i].box if st.projs[i] is not None else None
         objects.append({
             "instance_id": bank.ids[i], "category": bank.categories[i], "status": status, "box": _box_list(box),
@@ -270,13 +273,15 @@ def frame_records(st: FrameState) -> FrameResult:
             "mask": rle, "route": obs[j].route if j is not None else None,
             "propagation": _evidence_record(st.propagation.get(i)),
         })  # fmt: skip
+        if i in st.reasons:
+            objects[-1]["reason"] = st.reasons[i]
     for j in st.extras:
         rows.append({
             "instance_id": None, "track": None, "visibility": None, "matched": False, "ambiguous": False, "extra": True,
             "appearance": None, "structure": None, "structure_source": None,
         })  # fmt: skip
         objects.append({
-            "instance_id": None, "category": obs[j].category, "status": "extra", "box": _box_list(obs[j].box),
+            "instance_id": None, "category": obs[j].category, "status": Status.EXTRA, "box": _box_list(obs[j].box),
             "appearance": None, "structure": None,
         })  # fmt: skip
     return FrameResult(rows, objects, masks, camera_record(st.cam))

@@ -170,12 +170,62 @@ def lost_object_gates(st, gates: np.ndarray, config) -> None:
                 gates[i, j] = pm is None or pm >= pf.part_floor
 
 
-def associate_observations(st, matcher, config) -> None:
+def propagation_support(st, i: int, mask: np.ndarray) -> float:
+    """Mean over the mask's feature cells of instance i's label carried along its own track (0 without
+    propagation): how much propagation says the object went there."""
+    from worldeval.opis.perception.propagation import mask_cover
+
+    pf = st.propagated
+    if pf is None or i + 1 >= pf.labels.shape[0]:
+        return 0.0
+    lab = pf.carried[i] if pf.carried is not None else pf.labels[i + 1]
+    cover = mask_cover(pf, mask)
+    total = float(cover.sum())
+    return float((lab * cover).sum()) / total if total > 0 else 0.0
+
+
+def pair_appearance(st, embedder, i: int, j: int) -> float | None:
+    """Identity's appearance a_it of instance i and observation j, as `identify` would report it for a
+    match (None without descriptors)."""
+    e, bank = st.obs[j].embedding, st.bank
+    if e is None or bank.embeddings is None:
+        return None
+    if isinstance(embedder, AppearanceEmbedder):
+        return max(0.0, float(embedder.appearance(bank.embeddings[i], e, **_parts(st, embedder, i, j))))
+    return max(0.0, float(cosine(bank.embeddings[i], e)))
+
+
+def unsupported_gates(st, gates: np.ndarray, embedder, config) -> None:
+    """Close the gate of a find for a moving instance that its own identity evidence rejects (appearance
+    below tau_I) and that propagation does not support (its carried label there below
+    `support_min_label`). In a crowd the search's best place for one person is often another person
+    far from the first one's track, matched with appearance 0.00: the honest report is that the
+    instance was not found (unknown), not that it changed. Its own propagated mask carries its own
+    verification, and a static instance is gated by the camera."""
+    from worldeval.opis.scoring import TAU_I
+
+    if embedder is None:
+        return
+    for i in range(st.n):
+        if st.bank.tracks[i] == "static":
+            continue
+        for j, o in enumerate(st.obs):
+            if not gates[i, j] or o.route == ROUTE_PROPAGATED:
+                continue
+            if propagation_support(st, i, o.mask) >= config.support_min_label:
+                continue
+            a = pair_appearance(st, embedder, i, j)
+            if a is not None and a < TAU_I:
+                gates[i, j] = False
+
+
+def associate_observations(st, matcher, config, embedder=None) -> None:
     bank, obs, n = st.bank, st.obs, st.n
     gates = geometric_gates(st, config)
     moving_gates(st, gates, config)
     propagation_gates(st, gates, config)
     lost_object_gates(st, gates, config)
+    unsupported_gates(st, gates, embedder, config)
     prov = provenance(st)
     structure = structure_evidence(st, config) if obs else None
     require_keypoint_support(st, gates, matcher, config, structure)
@@ -190,6 +240,15 @@ def associate_observations(st, matcher, config) -> None:
         provenance=prov, foreign_min_appearance=config.foreign_min_appearance, instance_min_appearance=floor,
         structure=structure, keypoints=keypoint_evidence(st) if obs else None, propagation=propagation_matrix(st),
     )  # fmt: skip
+
+
+SMALL_FOR_IDENTITY = "small_for_identity"  # per-frame record reason: matched, too small to judge its identity
+
+
+def small(bank, i: int, config) -> bool:
+    """Instance i is under `small_side` pixels on average in I0 (square root of its box area)."""
+    x, y, w, h = bank.boxes[i]
+    return float(np.sqrt(max(0.0, w * h))) < config.small_side
 
 
 def weak_static_tie(st, i: int, config) -> bool:
@@ -219,20 +278,31 @@ def identify(st, config, embedder=None) -> None:
     (`AppearanceEmbedder`; with the frame's dense part match when it sets `appearance_parts` and the
     propagation stage ran), else the descriptors' cosine that association used.
     """
+    from worldeval.opis.scoring import TAU_I
+
     assoc, bank = st.assoc, st.bank
     own = embedder.appearance if isinstance(embedder, AppearanceEmbedder) and bank.embeddings is not None else None
     st.ambiguous = [bool(assoc.ambiguous[i]) and not weak_static_tie(st, i, config) for i in range(st.n)]
     st.visibility, st.appearance = [], []
     for i in range(st.n):
         j = assoc.match[i]
+        a = None
         if j is not None:
-            st.visibility.append(P.EXPECTED)
             e = st.obs[j].embedding
             if own is not None and e is not None:
-                a = own(bank.embeddings[i], e, **_parts(st, embedder, i, j))
+                a = max(0.0, float(own(bank.embeddings[i], e, **_parts(st, embedder, i, j))))
             else:
-                a = float(assoc.similarity[i, j])
-            st.appearance.append(max(0.0, float(a)))
+                a = max(0.0, float(assoc.similarity[i, j]))
+            if a < TAU_I and small(bank, i, config):
+                # a few feature cells cannot tell a changed object from another one: not a failure
+                assoc.match[i], a = None, None
+                st.reasons[i] = SMALL_FOR_IDENTITY
+        if a is not None:
+            st.visibility.append(P.EXPECTED)
+            st.appearance.append(a)
+        elif i in st.reasons:
+            st.visibility.append(P.UNKNOWN)
+            st.appearance.append(None)
         elif st.ambiguous[i]:
             st.visibility.append(P.UNKNOWN)
             st.appearance.append(None)

@@ -33,7 +33,8 @@ import threading
 
 import numpy as np
 
-from worldeval.opis.backends.base import ROUTE_MOTION, MovingPartsSegmenter, Observation, mask_box
+from worldeval.geometry import mask_box
+from worldeval.opis.backends.base import ROUTE_MOTION, MovingPartsSegmenter, Observation
 
 SIDE = 320  # long side of the grey copies the flow runs on
 RESIDUAL = 1.0  # px at SIDE: flow this far off the background homography moves on its own

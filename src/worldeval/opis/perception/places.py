@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from worldeval.opis.backends.base import ROUTE_PROJECTION, Observation, mask_box
+from worldeval.geometry import box_iou, mask_box
+from worldeval.opis.backends.base import ROUTE_PROJECTION, Observation
 from worldeval.opis.perception import projection as P
-from worldeval.opis.perception.association import box_iou
 
 
 def propose_places(st, matcher, config) -> list[Observation]:

@@ -15,11 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-EXPECTED = "expected_visible"
-OCCLUDED = "occluded"
-OUT_OF_VIEW = "out_of_view"
-TOO_SMALL = "too_small"
-UNKNOWN = "unknown"
+from worldeval.opis.labels import Visibility
+
+EXPECTED, OCCLUDED, OUT_OF_VIEW, TOO_SMALL, UNKNOWN = (Visibility.EXPECTED, Visibility.OCCLUDED, Visibility.OUT_OF_VIEW,
+                                                       Visibility.TOO_SMALL, Visibility.UNKNOWN)  # short names for perception
 
 
 @dataclass

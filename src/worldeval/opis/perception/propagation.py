@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from worldeval.opis.backends.base import ROUTE_PROPAGATED, Observation, PropagationEvidence, mask_box
+from worldeval.geometry import mask_box
+from worldeval.opis.backends.base import ROUTE_PROPAGATED, Observation, PropagationEvidence
 
 BACKGROUND = 0  # label channel of the background; instance k is channel k + 1
 
@@ -300,6 +301,14 @@ def part_match(pf: "PropagatedFrame", mask: np.ndarray, k: int) -> float | None:
     if q is None or not len(obj):
         return None
     return float((q @ obj.T).max(1).mean())
+
+
+def mask_cover(pf: "PropagatedFrame", mask: np.ndarray) -> np.ndarray:
+    """h x w share of each feature cell the mask covers (area-averaged)."""
+    import cv2
+
+    h, w = pf.features.shape[:2]
+    return cv2.resize(mask.astype(np.float32), (w, h), interpolation=cv2.INTER_AREA)
 
 
 def mask_cells(pf: "PropagatedFrame", mask: np.ndarray) -> np.ndarray | None:

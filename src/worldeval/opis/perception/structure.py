@@ -30,6 +30,8 @@ import math
 
 import numpy as np
 
+from worldeval.opis.labels import StructureSource
+
 
 def own_region(bank, i: int) -> np.ndarray:
     """Instance i's own I0 pixels, slightly dilated for keypoints on its outline, minus other instances:
@@ -111,7 +113,7 @@ def static_structure(
     if diag <= 0:
         return None, {"reason": "empty box"}
     rho = float(np.median(err)) / diag
-    return float(math.exp(-rho / lambda_g)), {"n": n, "rho": rho, "source": "static" if exact else "static_flat"}
+    return float(math.exp(-rho / lambda_g)), {"n": n, "rho": rho, "source": StructureSource.STATIC if exact else StructureSource.STATIC_FLAT}
 
 
 def pose_structure(kp0, kp1, *, tau: float = 0.2, min_conf: float = 0.3, min_segments: int = 3) -> float | None:
@@ -296,7 +298,7 @@ def instance_structure(st, i, ob, backend, config, judge, poses: dict | None = N
     if backend.pose is not None and backend.pose.supports(bank.categories[i]):
         s = _pose(st, i, ob, backend, config, poses)
         if s is not None:
-            return s, "pose"
+            return s, StructureSource.POSE
     inst = bank.case.instances[i]
     if judge is not None and inst.claims:
         s, _ = claims_structure(
@@ -304,7 +306,7 @@ def instance_structure(st, i, ob, backend, config, judge, poses: dict | None = N
             max_claims=config.max_claims, min_confidence=config.claim_confidence,
         )
         if s is not None:
-            return s, "claims"
+            return s, StructureSource.CLAIMS
     return None, None
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-from worldeval.errors import InputError
+from worldeval.errors import CaseError, InputError
 
 import json
 import time
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from worldeval.opis.case import Case, CaseError, iter_case_dirs, load_case
+from worldeval.opis.case import DEFAULT_FPS, Case, iter_case_dirs, load_case
 from worldeval.runs import atomic_write_json, base_manifest
 
 
@@ -41,7 +41,7 @@ class ProduceContext:
     def timing(self, case: Case) -> tuple[float, int]:
         """(fps, number of frames) of the rollout for `case`."""
         cam = case.spec.camera()
-        fps = float(self.fps or cam.fps or 24.0)
+        fps = float(self.fps or cam.fps or DEFAULT_FPS)
         duration = float(self.duration_s or cam.duration_s or 10.0)
         if fps <= 0 or duration <= 0:
             raise ProduceError(case.root / "case.json", "camera_task", f"fps={fps} and duration_s={duration} must be > 0")

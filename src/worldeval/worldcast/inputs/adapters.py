@@ -20,18 +20,18 @@ import numpy as np
 
 from worldeval.media import MediaError, read_image
 from worldeval.runs import atomic_write_bytes, atomic_write_json
-from worldeval.worldcast.cases import WorldCastCase
-from worldeval.worldcast.grid import GridError, cut_grid, layout_for
+from worldeval.worldcast.inputs.cases import WorldCastCase
+from worldeval.worldcast.inputs.errors import PathError
+from worldeval.worldcast.inputs.grid import GridError, cut_grid, layout_for
+from worldeval.worldcast.inputs.keyframes import ChangePointSelector, KeyframeError, write_keyframes
 
 IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".webp")
 VIDEO_NAMES = ("video.mp4", "video.webm", "video.mov", "video.mkv")
 _STEP = re.compile(r"^step_(\d+)\.(png|jpg|jpeg|webp)$", re.IGNORECASE)
 
 
-class OutputError(ValueError):
-    def __init__(self, path: str | Path, reason: str):
-        self.path, self.reason = str(path), reason
-        super().__init__(f"{path}: {reason}")
+class OutputError(PathError):
+    """A model output that cannot be read as K states, named by its file or folder."""
 
 
 @dataclass
@@ -148,8 +148,6 @@ def adapt_output(case: WorldCastCase, outputs: str | Path, states_dir: str | Pat
         atomic_write_json(states_dir / "adapter.json", record, fsync=False)  # re-made by every rerun
         return StepSequence(case.id, "grid", paths, [None] * len(paths), record, warnings)
     # video
-    from worldeval.worldcast.keyframes import ChangePointSelector, KeyframeError, write_keyframes
-
     selector = keyframe_selector or ChangePointSelector()
     try:
         sel = selector.select(video, case.steps, case)

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from worldeval.judge.parse import AnswerError, score_validator
-from worldeval.worldcast import prompts as P
-from worldeval.worldcast.cases import WorldCastCase
+from worldeval.worldcast.inputs.cases import WorldCastCase
+from worldeval.worldcast.judging import prompts as P
 
 SEES = ("sequence", "final", "designated_step")
 # Which cases get designated-step checks. "paper": the four-step cases without an endpoint reference image

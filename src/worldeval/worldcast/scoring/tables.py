@@ -1,4 +1,4 @@
-"""WorldCast's terminal tables, fitted to the console's width.
+"""WorldCast's terminal tables (the leaderboard, step accuracy, repeats), fitted to the console's width.
 
 The leaderboard has up to 19 columns; forced wide, it wrapped at 80 columns into an
 unreadable mess. Here a table that does not fit is split into several narrower ones
@@ -17,8 +17,8 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 
-from worldeval.worldcast.scoring import (CATEGORY_ORDER, CATEGORY_SHORT, L3_CATEGORIES, L4_CATEGORIES,
-                                         ordered_models, table_rows)
+from worldeval.worldcast.inputs.cases import CATEGORY_ORDER, CATEGORY_SHORT, L3_CATEGORIES, L4_CATEGORIES
+from worldeval.worldcast.scoring.scores import ordered_models
 
 MIN_FOLD = 10  # a folded cell narrower than this is harder to read than a stacked row
 
@@ -139,6 +139,32 @@ def output_console(*grids: Grid) -> Console:
 def print_grid(console, grid: Grid) -> None:
     for table in fitted(grid, console.width):
         console.print(table)
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def _fmt_ci(ci) -> str:
+    return "-" if not ci else f"{ci[0]:.1f}-{ci[1]:.1f}"
+
+
+def table_rows(result: dict) -> tuple[list[str], list[list[str]]]:
+    """Rows like the paper's Table 1: L3 categories, L3, L4 categories, L4, overall, then TC/CP/VC."""
+    header = (["#", "model"] + [CATEGORY_SHORT[c] for c in L3_CATEGORIES] + ["L3"]
+              + [CATEGORY_SHORT[c] for c in L4_CATEGORIES] + ["L4", "Overall", "95% CI", "TC", "CP", "VC", "cases",
+                                                              "failed"])
+    rows = []
+    ranked, unscored = ordered_models(result)
+    for m in ranked + unscored:
+        s = result["models"][m]
+        cats = s["categories"]
+        rank = "-" if s.get("rank") is None else str(s["rank"])
+        rows.append([rank, m] + [_fmt(cats.get(c)) for c in L3_CATEGORIES] + [_fmt(s["L3"])]
+                    + [_fmt(cats.get(c)) for c in L4_CATEGORIES]
+                    + [_fmt(s["L4"]), _fmt(s["final"]), _fmt_ci(s.get("final_ci")), _fmt(s["TC"]), _fmt(s["CP"]),
+                       _fmt(s["VC"]), str(s["n_cases"]), str(s["n_failed"])])
+    return header, rows
 
 
 def score_grid(res: dict) -> Grid:

@@ -1,4 +1,4 @@
-"""Render the packaged WorldCast sample cases (run: `python -m worldeval.worldcast.make_samples`).
+"""Render the packaged WorldCast sample cases (run: `python -m worldeval.worldcast.samples.make`).
 
 Four small synthetic cases whose correct order of states is known by
 construction (a bouncing ball, putting a cube into a box, a two-disc Tower of
@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw
+
+from worldeval.worldcast.samples import samples_root
 
 W, H = 160, 120
 SKY = (225, 235, 245)
@@ -225,7 +227,7 @@ def build(out: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "assets" / "samples")
+    ap.add_argument("--out", type=Path, default=samples_root())
     args = ap.parse_args()
     build(args.out)
     total = sum(p.stat().st_size for p in args.out.rglob("*") if p.is_file())

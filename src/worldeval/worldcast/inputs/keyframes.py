@@ -27,8 +27,11 @@ from typing import Any
 
 import numpy as np
 
+from worldeval.judge.image import JudgeImage
+from worldeval.judge.parse import AnswerError, coerce_int
 from worldeval.media import MediaError, decode_frames, probe_video
 from worldeval.runs import atomic_write_bytes, atomic_write_json
+from worldeval.worldcast.inputs.errors import PathError
 
 
 @dataclass
@@ -50,10 +53,8 @@ class KeyframeSelection:
         }
 
 
-class KeyframeError(ValueError):
-    def __init__(self, path: str | Path, reason: str):
-        self.path, self.reason = str(path), reason
-        super().__init__(f"{path}: {reason}")
+class KeyframeError(PathError):
+    """A video that cannot be reduced to the requested keyframes."""
 
 
 def _sample_indices(num_frames: int, max_frames: int) -> list[int]:
@@ -186,8 +187,6 @@ DENSE_CONTRACT = """Answer with one JSON object only:
 
 
 def _number(obj: dict, key: str, where: str) -> float:
-    from worldeval.judge.parse import AnswerError
-
     v = obj.get(key)
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise AnswerError(f"{where}.{key} must be a number")
@@ -196,8 +195,6 @@ def _number(obj: dict, key: str, where: str) -> float:
 
 def coarse_validator(k: int, duration: float):
     """The coarse answer: K intervals in the video's time range (order is enforced later, not demanded here)."""
-    from worldeval.judge.parse import AnswerError, coerce_int
-
     def validate(obj: dict) -> dict:
         states = obj.get("states")
         if not isinstance(states, list) or len(states) != k:
@@ -222,8 +219,6 @@ def coarse_validator(k: int, duration: float):
 
 
 def dense_validator(step: int, duration: float):
-    from worldeval.judge.parse import AnswerError, coerce_int
-
     def validate(obj: dict) -> dict:
         if coerce_int(obj.get("step", step), "step") != step:
             raise AnswerError(f"step must be {step}")
@@ -311,16 +306,12 @@ class AgenticSelector:
         return ans.parsed if ans.ok else None
 
     def _frames_part(self, video: Path, idx: list[int], fps: float) -> list[Any]:
-        from worldeval.judge.client import JudgeImage
-
         parts: list[Any] = []
         for fi, frame in zip(idx, decode_frames(video, idx, max_side=self.frame_max_side).frames):
             parts += [f"t = {fi / fps:.3f} s", JudgeImage.from_array(frame)]
         return parts
 
     def _references(self, case) -> list[Any]:
-        from worldeval.judge.client import JudgeImage
-
         parts: list[Any] = []
         for j, ref in enumerate(getattr(case, "images", None) or [], start=1):
             parts += [f"Reference {j} ({ref.role}):", JudgeImage.from_path(ref.path, self.frame_max_side)]

@@ -23,20 +23,22 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Callable
 
+from worldeval.judge.client import JudgeConfig
 from worldeval.media import probe_video
 from worldeval.runs import read_jsonl
-from worldeval.worldcast.adapters import VIDEO_NAMES
-from worldeval.worldcast.cases import load_cases
-from worldeval.worldcast.judging import JUDGMENTS, latest_records, run_judge
-from worldeval.worldcast.keyframes import KeyframeSelection, write_keyframes
-from worldeval.worldcast.scoring import case_scores
+from worldeval.worldcast.inputs.adapters import VIDEO_NAMES
+from worldeval.worldcast.inputs.cases import load_cases
+from worldeval.worldcast.inputs.errors import PathError
+from worldeval.worldcast.inputs.keyframes import KeyframeSelection, write_keyframes
+from worldeval.worldcast.judging.records import JUDGMENTS, latest_records
+from worldeval.worldcast.judging.run import run_judge
+from worldeval.worldcast.scoring.scores import case_scores
 
 SUBDIR = "keyframe_agreement"
 
 
-class HumanSelectionError(ValueError):
-    def __init__(self, path: Path, reason: str):
-        super().__init__(f"{path}: {reason}")
+class HumanSelectionError(PathError):
+    """A human keyframe file that cannot be used, named by its path."""
 
 
 def _timestamps(path: Path) -> list[float]:
@@ -87,8 +89,6 @@ def _human_selection(video: Path, ts: list[float], k: int, where: Path, annotato
 
 def judge_config_of(run_dir: Path, base_url: str | None = None, api_key: str | None = None):
     """The JudgeConfig the run was judged with (from its manifest), with endpoint and key supplied now."""
-    from worldeval.judge import JudgeConfig
-
     man = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
     judge = (man.get("config") or {}).get("judge") or {}
     if not judge.get("model"):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from worldeval.worldcast.judging import JudgeEvents, error_text
+from worldeval.worldcast.judging.run import JudgeEvents, error_text
 
 
 class RichJudgeProgress(JudgeEvents):

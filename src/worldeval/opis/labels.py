@@ -1,12 +1,92 @@
-"""What a noun phrase says about how its object moves: people, animals and their parts.
+"""OPIS's words: the labels its files carry, and what a noun phrase says about its object's motion.
 
-One home for the word lists that decide it (the pose backend's skeleton routing, annotate's inferred
-tracks, how an instance without an evaluation track is followed) and for `singular`, which they share.
+The labels (visibility, track, kinematics, structure source, a frame record's object status) are
+written into case files, measurement archives, per-frame records and the audit page, and read back
+by scoring, the audits and reports. Each is a `Label`: a str-valued enum whose member *is* its string
+(equal, hashed, printed, JSON- and Parquet-written as the value), so code names a label once, here,
+and every file stays byte-identical to one written with the bare strings.
+
+The word lists (the pose backend's skeleton routing, annotate's inferred tracks, how an instance
+without an evaluation track is followed) turn a phrase into those labels; `singular` is theirs.
 """
 
 from __future__ import annotations
 
 import re
+from enum import Enum
+
+
+class Label(str, Enum):
+    """A label that is its own string: `str`, f-strings and `repr` give the value (so messages and
+    tuples of labels print as before), and json/pyarrow write it as a plain string."""
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+    __repr__ = str.__repr__
+
+
+class Visibility(Label):
+    """Whether a reference instance should be seen in a frame (the archive's `visibility`, SPEC section 3)."""
+
+    EXPECTED = "expected_visible"
+    OCCLUDED = "occluded"
+    OUT_OF_VIEW = "out_of_view"
+    TOO_SMALL = "too_small"
+    UNKNOWN = "unknown"
+
+
+class Track(Label):
+    """The archive's `track` of a reference instance; a case's `track` is static, dynamic, excluded or null."""
+
+    STATIC = "static"
+    DYNAMIC = "dynamic"
+    # an instance without an evaluation track (a case's null): Presence and Identity only
+    UNLABELED = "unlabeled"
+    # carried in the inventory (so finding it is no extra), its rows never enter a score
+    EXCLUDED = "excluded"
+
+
+class Kinematics(Label):
+    RIGID = "rigid"
+    ARTICULATED = "articulated"
+    DEFORMABLE = "deformable"
+    # nobody labelled it (the authors' `unknown`); such an instance is followed as dynamic
+    UNKNOWN = "unknown"
+
+
+class StructureSource(Label):
+    """Where a row's structure value came from (the archive's `structure_source`)."""
+
+    STATIC = "static"  # projected geometry with a depth reference
+    STATIC_FLAT = "static_flat"  # projected geometry on a flat-scene assumption
+    POSE = "pose"
+    CLAIMS = "claims"
+
+
+class Status(Label):
+    """An object's status in a per-frame record. An unmatched reference instance that is not expected
+    visible carries its `Visibility` instead (occluded, out_of_view, too_small, unknown)."""
+
+    MATCHED = "matched"
+    MISSING = "missing"  # expected visible and unmatched
+    AMBIGUOUS = "ambiguous"
+    EXTRA = "extra"
+
+
+VISIBILITY = tuple(Visibility)
+# Evaluation tracks with a Structure route (SPEC section 2).
+TRACKS = (Track.STATIC, Track.DYNAMIC)
+UNLABELED, EXCLUDED = Track.UNLABELED, Track.EXCLUDED
+# Every value of the archive's `track` column on a reference-instance row.
+ARCHIVE_TRACKS = tuple(Track)
+# A case's `track` values (null aside) and kinematics, as plain strings for its pydantic schema.
+CASE_TRACKS = tuple(t.value for t in (Track.STATIC, Track.DYNAMIC, Track.EXCLUDED))
+KINEMATICS = (Kinematics.RIGID, Kinematics.ARTICULATED, Kinematics.DEFORMABLE)
+CASE_KINEMATICS = tuple(k.value for k in Kinematics)
+STRUCTURE_SOURCES = tuple(StructureSource)
+
+
+# ----------------------------------------------------------------------------- what a phrase says about motion
 
 _IRREGULAR = {"people": "person", "men": "man", "women": "woman", "children": "child", "mice": "mouse",
               "feet": "foot", "teeth": "tooth", "geese": "goose", "knives": "knife", "leaves": "leaf",
@@ -81,9 +161,9 @@ def phrase_labels(phrase: str) -> tuple[str | None, str, str] | None:
         return None
     head = words[cut - 1]
     if head in LIVING_WORDS:
-        return "articulated", "dynamic", f'inferred from "{typed[cut - 1]}"'
+        return Kinematics.ARTICULATED, Track.DYNAMIC, f'inferred from "{typed[cut - 1]}"'
     if head in BODY_PART_WORDS:
         owners = [w for w in words[:cut - 1] + words[cut:] if w not in PART_MODIFIERS and w not in CHUNK_ENDS]
         if all(w in LIVING_WORDS for w in owners):
-            return None, "dynamic", f'inferred from "{typed[cut - 1]}", a part of a person or animal'
+            return None, Track.DYNAMIC, f'inferred from "{typed[cut - 1]}", a part of a person or animal'
     return None

@@ -24,10 +24,11 @@ from typing import Callable
 from worldeval.judge.breaker import CircuitBreaker, CircuitOpen, failure_kind
 from worldeval.judge.client import JudgeClient, JudgeImage, JudgeUnavailable
 from worldeval.runs import JsonlAppender, atomic_write_json, base_manifest, fingerprint_dir
-from worldeval.worldcast.adapters import StepSequence, adapt_output
-from worldeval.worldcast.cases import WorldCastCase, load_cases
-from worldeval.worldcast.metrics import METRICS, PROMPT_VERSIONS, build_judge_content
-from worldeval.worldcast.records import (
+from worldeval.worldcast.inputs.adapters import StepSequence, adapt_output
+from worldeval.worldcast.inputs.cases import WorldCastCase, load_cases
+from worldeval.worldcast.inputs.errors import PathError
+from worldeval.worldcast.judging.metrics import METRICS, PROMPT_VERSIONS, build_judge_content
+from worldeval.worldcast.judging.records import (
     JUDGMENTS, answer_fields, append_judgment, failure_fields, judgment_base, latest_records, read_judgments,
 )
 
@@ -94,7 +95,7 @@ class JudgeRunResult:
         return text
 
 
-class JudgeInputError(ValueError):
+class JudgeInputError(PathError):
     """The dataset or outputs folder cannot be judged at all (checked before the first request)."""
 
 
@@ -118,12 +119,12 @@ def check_inputs(cases: list[WorldCastCase], outputs: str | Path) -> None:
     outputs = Path(outputs)
     if not outputs.is_dir():
         what = "is a file, not a folder" if outputs.exists() else "does not exist"
-        raise JudgeInputError(f"--outputs {outputs}: {what}")
+        raise JudgeInputError(f"--outputs {outputs}", what)
     if not any((outputs / c.id).is_dir() for c in cases):
         sample = ", ".join(c.id for c in cases[:3]) + (", ..." if len(cases) > 3 else "")
         found = sorted(p.name for p in outputs.iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))[:3]
         raise JudgeInputError(
-            f"--outputs {outputs}: holds no output folder of any of the dataset's {len(cases)} case(s) "
+            f"--outputs {outputs}", f"holds no output folder of any of the dataset's {len(cases)} case(s) "
             f"(expected sub-folders named like {sample}; found {', '.join(found) if found else 'none'})")
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from worldeval.judge.client import JudgeClient, JudgeImage
 from worldeval.judge.parse import AnswerError, coerce_int
-from worldeval.worldcast.cases import WorldCastCase
+from worldeval.worldcast.inputs.cases import WorldCastCase
 
 PLAN_PROMPT = """You write the shot list for an image generator that must show a process as {k} ordered images.
 

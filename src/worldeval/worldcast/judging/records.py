@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from worldeval.runs import append_jsonl
-from worldeval.worldcast.cases import CATEGORY_LEVEL, MAX_OUTCOME_WEIGHT
-from worldeval.worldcast.metrics import METRICS
+from worldeval.worldcast.inputs.cases import CATEGORY_LEVEL, MAX_OUTCOME_WEIGHT
+from worldeval.worldcast.inputs.errors import LineError
+from worldeval.worldcast.judging.metrics import METRICS
 
 JUDGMENTS = "judgments.jsonl"
 STATUSES = ("ok", "failed")
@@ -39,17 +40,10 @@ _OPTIONAL_TYPES: dict[str, tuple] = {
 }
 
 
-class JudgmentError(ValueError):
+class JudgmentError(LineError):
     """A `judgments.jsonl` line that breaks the record contract; names file, line and field."""
 
-    def __init__(self, path: str | Path | None, line: int | None, field: str | None, reason: str):
-        self.path, self.line, self.field, self.reason = (str(path) if path else None), line, field, reason
-        where = self.path or "judgment record"
-        if line is not None:
-            where += f" line {line}"
-        if field:
-            where += f" field '{field}'"
-        super().__init__(f"{where}: {reason}")
+    unnamed = "judgment record"
 
 
 def item_key(rec: dict) -> tuple:

@@ -1,7 +1,8 @@
 """WorldCast cases (`<dataset>/cases.jsonl`, SPEC section 4) with validation.
 
-Every problem is a `CaseError` naming the file, the line and the field, so a
-dataset author can fix it without guessing.
+Every problem is a `CaseError` (`worldeval.errors`, the one case error of both
+benchmarks) naming the file, the line and the field, so a dataset author can fix
+it without guessing.
 """
 
 from __future__ import annotations
@@ -11,10 +12,13 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from worldeval.errors import CaseError
+
 L3_CATEGORIES = ("observation_conditioned_transitions", "physical_simulation", "adaptive_task_completion")
 L4_CATEGORIES = (
     "visual_cues", "physical_properties", "visual_goal_realization", "logic_and_rules", "in_context_procedural_learning",
 )
+CATEGORY_ORDER = L3_CATEGORIES + L4_CATEGORIES
 CATEGORY_LEVEL = {**{c: "L3" for c in L3_CATEGORIES}, **{c: "L4" for c in L4_CATEGORIES}}
 CATEGORY_TITLE = {
     "observation_conditioned_transitions": "Observation-Conditioned Transitions",
@@ -26,22 +30,17 @@ CATEGORY_TITLE = {
     "logic_and_rules": "Logic and Rules",
     "in_context_procedural_learning": "In-Context Procedural Learning",
 }
+# The column heads of the tables and the report, where the titles are too wide.
+CATEGORY_SHORT = {
+    "observation_conditioned_transitions": "ObsCond", "physical_simulation": "PhysSim",
+    "adaptive_task_completion": "Adaptive", "visual_cues": "VisCues", "physical_properties": "PhysProp",
+    "visual_goal_realization": "VisGoal", "logic_and_rules": "Logic", "in_context_procedural_learning": "InCtxProc",
+}
 MAX_OUTCOME_WEIGHT = 0.5
 # Image roles that show the end state itself ("a direct endpoint reference" in the paper's step analysis).
 ENDPOINT_ROLE_WORDS = frozenset({"goal", "target", "final", "end", "endpoint"})
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 _KNOWN = {"id", "category", "level", "instruction", "images", "steps", "hints", "outcome_weight"}
-
-
-class CaseError(ValueError):
-    def __init__(self, path: str | Path, line: int | None, field: str | None, reason: str):
-        self.path, self.line, self.field, self.reason = str(path), line, field, reason
-        where = f"{path}"
-        if line is not None:
-            where += f" line {line}"
-        if field:
-            where += f" field '{field}'"
-        super().__init__(f"{where}: {reason}")
 
 
 @dataclass(frozen=True)
@@ -72,7 +71,7 @@ class WorldCastCase:
 
 def _parse_case(obj: object, path: Path, line: int, root: Path) -> WorldCastCase:
     def err(fld: str | None, reason: str) -> CaseError:
-        return CaseError(path, line, fld, reason)
+        return CaseError(path, fld, reason, line=line)
 
     if not isinstance(obj, dict):
         raise err(None, f"expected a JSON object, got {type(obj).__name__}")
@@ -136,7 +135,7 @@ def load_cases(dataset: str | Path) -> list[WorldCastCase]:
     root = Path(dataset)
     path = root / "cases.jsonl"
     if not path.is_file():
-        raise CaseError(path, None, None, "cases.jsonl not found (a WorldCast dataset is a folder holding it)")
+        raise CaseError(path, None, "cases.jsonl not found (a WorldCast dataset is a folder holding it)")
     cases: list[WorldCastCase] = []
     seen: dict[str, int] = {}
     with open(path, encoding="utf-8") as fh:
@@ -146,12 +145,12 @@ def load_cases(dataset: str | Path) -> list[WorldCastCase]:
             try:
                 obj = json.loads(text)
             except json.JSONDecodeError as exc:
-                raise CaseError(path, n, None, f"invalid JSON: {exc.msg} at column {exc.colno}") from None
+                raise CaseError(path, None, f"invalid JSON: {exc.msg} at column {exc.colno}", line=n) from None
             case = _parse_case(obj, path, n, root)
             if case.id in seen:
-                raise CaseError(path, n, "id", f"duplicate id {case.id!r} (first on line {seen[case.id]})")
+                raise CaseError(path, "id", f"duplicate id {case.id!r} (first on line {seen[case.id]})", line=n)
             seen[case.id] = n
             cases.append(case)
     if not cases:
-        raise CaseError(path, None, None, "no cases")
+        raise CaseError(path, None, "no cases")
     return cases

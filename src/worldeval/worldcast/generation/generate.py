@@ -1,9 +1,10 @@
 """`worldeval worldcast generate`: produce one model's outputs in the SPEC section 4 layout.
 
 Per case the harness builds the hint-free generation request
-(`prompts.generation_request`), optionally has an LLM plan the K states,
-asks the generator, checks that the result reads as an output
-(`adapters`), and only then moves it into `<out>/<case_id>/`:
+(`requests.generation_request`), optionally has an LLM plan the K states
+(`plan.py`), asks the generator (`worldeval.generator`), checks that the
+result reads as an output (`inputs/adapters.py`), and only then moves it
+into `<out>/<case_id>/`:
 
 | interface / mode | endpoint calls | files |
 |---|---|---|
@@ -34,15 +35,17 @@ from pathlib import Path
 from typing import Callable
 
 from worldeval.commands import CommandTimeout, run_command
+from worldeval.generator import BudgetExhausted, CallLedger, GenEndpoint, GenError
+from worldeval.media import MediaError, probe_video, read_image
 from worldeval.runs import (
     append_jsonl, atomic_write_bytes, atomic_write_json, atomic_write_text, base_manifest, check_resume, config_hash,
     fingerprint_dir, is_done, write_status,
 )
-from worldeval.worldcast.adapters import OutputError, read_plan, step_images
-from worldeval.worldcast.cases import WorldCastCase, load_cases
-from worldeval.worldcast.generate_api import BudgetExhausted, CallLedger, GenEndpoint, GenError
-from worldeval.worldcast.generate_plan import inspect_step, make_plan, step_prompt, with_plan
-from worldeval.worldcast.prompts import INTERFACES, generation_request
+from worldeval.worldcast.generation.plan import inspect_step, make_plan, step_prompt, with_plan
+from worldeval.worldcast.generation.requests import INTERFACES, generation_request
+from worldeval.worldcast.inputs.adapters import OutputError, read_plan, step_images
+from worldeval.worldcast.inputs.cases import WorldCastCase, load_cases
+from worldeval.worldcast.inputs.grid import layout_for
 
 BOOKKEEPING = "_generation"
 STATUS_MODEL = "generator"  # one outputs folder holds one generator's outputs
@@ -312,9 +315,6 @@ def _summarise_names(names: list[str]) -> str:
 
 def check_output(case_dir: Path, case: WorldCastCase, interface: str) -> None:
     """The staged output must read as the interface's layout (the same readers `worldcast judge` uses)."""
-    from worldeval.media import MediaError, probe_video, read_image
-    from worldeval.worldcast.grid import layout_for
-
     _expect_files(case_dir, case, interface)
     try:
         if interface == "interleaved":

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from worldeval.worldcast.inputs.errors import PathError
+
 DEFAULT_LAYOUTS = {2: (1, 2), 4: (2, 2), 6: (2, 3)}
 MAX_CELL_ASPECT = 2.6  # width/height (or its inverse) beyond this is not a plausible grid cell
 UNIFORM_STD = 10.0  # per-channel std (0-255) along a line below which the line counts as a separator
@@ -34,10 +36,8 @@ COLOUR_STEP = 3.0  # neighbouring uniform lines differing more than this (0-255)
 ALT_TOL_FRAC = 0.015  # position tolerance (fraction of the image) for separators of another cell count
 
 
-class GridError(ValueError):
-    def __init__(self, path: str | Path, reason: str):
-        self.path, self.reason = str(path), reason
-        super().__init__(f"{path}: {reason}")
+class GridError(PathError):
+    """A grid image or grid.json that cannot be cut into the case's states."""
 
 
 def parse_layout(text: object, where: str | Path) -> tuple[int, int]:

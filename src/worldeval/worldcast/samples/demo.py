@@ -3,10 +3,11 @@
 The packaged sample outputs (`correct`, `shuffled`) and a `broken` copy made here
 (every case broken the way real outputs break, so it has no score) are judged into one run
 folder through the `mock` transport, by the scripted answers in
-`assets/demo_judge.json`. Those answers were written per sample output from how
+`demo_judge.json`. Those answers were written per sample output from how
 each output was made; the manifest and the report say they are scripted, so
 they are never mistaken for a model's judgement. Then the run is scored with
-bootstrap CIs and `report.html` is written. Rerunning resumes like `judge`.
+bootstrap CIs and `report.html` is written by the report builder the command line hands in (the
+report package sits above WorldCast). Rerunning resumes like `judge`.
 """
 
 from __future__ import annotations
@@ -14,14 +15,17 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
+from typing import Callable
 
 from worldeval.judge import JudgeCache, JudgeClient, JudgeConfig, ScriptTransport, load_judge_script
 from worldeval.runs import atomic_write_bytes, atomic_write_json
-from worldeval.worldcast.judging import run_judge
+from worldeval.stats import BOOTSTRAP_REPLICATES
+from worldeval.worldcast.judging.run import run_judge
 from worldeval.worldcast.samples import sample_dataset, sample_outputs
+from worldeval.worldcast.scoring.scores import score_runs
 
 DEMO_MODELS = ("correct", "shuffled", "broken")
-DEMO_SCRIPT = Path(__file__).resolve().parent / "assets" / "demo_judge.json"
+DEMO_SCRIPT = Path(__file__).resolve().parent / "demo_judge.json"
 
 
 def make_broken_outputs(dest: Path) -> Path:
@@ -46,12 +50,11 @@ def demo_client(run: Path) -> JudgeClient:
     return JudgeClient(cfg, JudgeCache(run / "judge_cache.sqlite"), transport=ScriptTransport(load_judge_script(DEMO_SCRIPT)))
 
 
-def run_demo(out: Path, bootstrap: int = 2000, seed: int = 0, events_for=None, say=None) -> dict:
-    """Judge, score and report the samples into `out`; returns the summary. `events_for(model)` gives the
-    progress events of one model's run (None: silent)."""
-    from worldeval.report import build_report
-    from worldeval.worldcast.scoring import score_runs
-
+def run_demo(out: Path, build_report: Callable[..., Path], bootstrap: int = BOOTSTRAP_REPLICATES, seed: int = 0,
+             events_for=None, say=None) -> dict:
+    """Judge, score and report the samples into `out`; returns the summary. `build_report` is
+    `worldeval.report.build_report`; `events_for(model)` gives the progress events of one model's run
+    (None: silent)."""
     t0 = time.monotonic()
     out = Path(out)
     run = out / "run"

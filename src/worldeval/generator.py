@@ -1,6 +1,7 @@
-"""The generator side of WorldCast: OpenAI-compatible image and video endpoints.
+"""The client of generating endpoints: OpenAI-compatible image and video models.
 
-Three endpoint shapes, all reached through the `openai` package:
+WorldCast's `worldcast generate` and OPIS's `opis source` both generate through it. Three
+endpoint shapes, all reached through the `openai` package:
 
 * images API: `POST /v1/images/generations` for a text-only request, or
   `POST /v1/images/edits` (multipart, one or more `image[]` files) when the
@@ -14,8 +15,9 @@ Three endpoint shapes, all reached through the `openai` package:
 
 Every submission to a generating endpoint (a retry included) is one entry
 in a `CallLedger`; with a budget the ledger refuses the call that would go
-over it, so "at most B generation calls" holds by construction. The API key
-lives only in the `openai` client object and is never put in a record.
+over it, so "at most B generation calls" holds by construction. Endpoint,
+key and retry settings are `worldeval.endpoints.EndpointSettings`, shared with
+the judge client; the key is never put in a record.
 """
 
 from __future__ import annotations
@@ -25,12 +27,13 @@ import io
 import threading
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from worldeval.endpoints import EndpointSettings
 from worldeval.judge.image import JudgeImage
-from worldeval.retry import RetryPolicy, retryable_status
+from worldeval.retry import retryable_status
 
 GEN_KINDS = ("images.generate", "images.edit", "responses.image_generation", "videos.create")
 
@@ -44,26 +47,20 @@ class BudgetExhausted(GenError):
 
 
 @dataclass
-class GenConfig:
-    model: str
-    base_url: str | None = None
-    api_key: str | None = field(default=None, repr=False)
+class GenConfig(EndpointSettings):
+    # A generation takes minutes and every attempt is paid (and counts against a budget).
     timeout_s: float = 600.0
     max_attempts: int = 3
     backoff_base_s: float = 2.0
-    backoff_max_s: float = 60.0
     size: str | None = None
     quality: str | None = None
     video_seconds: str | None = None
     video_size: str | None = None
     poll_interval_s: float = 5.0
     video_timeout_s: float = 1800.0
-    seed: int = 0
 
     def public(self) -> dict:
-        out = {k: v for k, v in self.__dict__.items() if k != "api_key"}
-        out["api_key_set"] = bool(self.api_key)
-        return out
+        return {**{k: v for k, v in self.__dict__.items() if k != "api_key"}, **self.endpoint_public()}
 
 
 class CallLedger:
@@ -145,8 +142,7 @@ class GenEndpoint:
         self._client = None
         self._lock = threading.Lock()
         # The generator's cap bounds the exponential base; the jitter may stretch a capped wait by half.
-        self.retry = RetryPolicy(config.max_attempts, config.backoff_base_s, config.backoff_max_s, config.seed,
-                                 cap_jitter=False)
+        self.retry = config.retry_policy(cap_jitter=False)
 
     def __repr__(self) -> str:
         return f"GenEndpoint(model={self.config.model!r}, base_url={self.config.base_url!r})"
@@ -154,10 +150,7 @@ class GenEndpoint:
     def _openai(self):
         with self._lock:
             if self._client is None:
-                import openai
-
-                self._client = openai.OpenAI(base_url=self.config.base_url, api_key=self.config.api_key or "not-set",
-                                             timeout=self.config.timeout_s, max_retries=0)
+                self._client = self.config.openai_client()
             return self._client
 
     def preflight(self, timeout_s: float = 10.0) -> None:
