@@ -400,3 +400,26 @@ def test_pasted_object_comes_from_the_other_photo(tmp_path):
     out = paste_patch(case.image, src["patch"], spot)
     assert not np.array_equal(out[spot["mask"]], case.image[spot["mask"]])
     assert np.array_equal(out[~spot["mask"]], case.image[~spot["mask"]])
+
+
+def test_every_removal_fill_paints_only_the_hole_and_copy_takes_the_texture_beside_it():
+    from worldeval.opis.checks.synth import REMOVAL_FILLS, dilate, remove_object
+
+    # vertical stripes of period 24 px and a 16 px red target: the hole (the target grown by 4 px) is
+    # 24 px wide, and the copy fill takes the texture one box width (24 px, one period) to the side,
+    # so it restores the stripes exactly.
+    H, W = 80, 120
+    xs = np.arange(W)
+    image = np.repeat(np.where((xs // 12) % 2 == 0, 200, 40).astype(np.uint8)[None, :, None], H, 0).repeat(3, 2)
+    target = np.zeros((H, W), bool)
+    target[30:46, 52:68] = True
+    image[target] = (255, 0, 0)  # the object
+    others = np.zeros((H, W), bool)
+    hole = dilate(target, 4)
+    for name in REMOVAL_FILLS:
+        out = remove_object(image, target, others, name)
+        assert np.array_equal(out[~dilate(hole, 8)], image[~dilate(hole, 8)]), name  # far pixels untouched
+        assert not np.any(np.all(out[target] == (255, 0, 0), axis=-1)), name  # no red left
+    out = remove_object(image, target, others, "copy")
+    stripes = np.repeat(np.where((xs // 12) % 2 == 0, 200, 40).astype(np.uint8)[None, :, None], H, 0).repeat(3, 2)
+    assert np.array_equal(out[hole], stripes[hole])  # the hole's box is 24 px wide: one stripe period

@@ -139,6 +139,7 @@ class SynthConfig:
     paste_area: float = 0.04  # `pasted`: area of the pasted object as a share of the image
     # Cases take the camera paths in turn (case k: paths[k % len]); empty: every case uses `trajectory`.
     camera_cycle: tuple[str, ...] = ()
+    removal_fill: str = "telea"  # `removed`: REMOVAL_FILLS (telea | ns | blur | copy)
 
 
 # ---------------------------------------------------------------- geometry
@@ -222,8 +223,65 @@ def inpaint_region(image: np.ndarray, region: np.ndarray, keep: np.ndarray | Non
     return cv2.inpaint(image, hole.astype(np.uint8) * 255, radius, cv2.INPAINT_TELEA)
 
 
-def remove_object(image: np.ndarray, target: np.ndarray, others: np.ndarray) -> np.ndarray:
-    return inpaint_region(image, target, keep=others & ~target)
+def _hole(region: np.ndarray, keep: np.ndarray | None) -> np.ndarray:
+    hole = dilate(region, 4)
+    return hole & ~keep if keep is not None else hole
+
+
+def fill_ns(image: np.ndarray, region: np.ndarray, keep: np.ndarray | None = None) -> np.ndarray:
+    """OpenCV's Navier-Stokes inpainting: smoother than Telea, it carries edges further into the hole."""
+    hole = _hole(region, keep)
+    radius = int(np.clip(math.sqrt(hole.sum()) / 20, 3, 15))
+    return cv2.inpaint(image, hole.astype(np.uint8) * 255, radius, cv2.INPAINT_NS)
+
+
+def fill_blur(image: np.ndarray, region: np.ndarray, keep: np.ndarray | None = None) -> np.ndarray:
+    """The hole filled with a wide normalised blur of what surrounds it: a featureless smudge."""
+    hole = _hole(region, keep)
+    k = max(15, int(math.sqrt(hole.sum()) // 2) * 2 + 1)
+    w = (~hole).astype(np.float32)
+    num = cv2.GaussianBlur(image.astype(np.float32) * w[..., None], (k, k), 0)
+    den = np.maximum(cv2.GaussianBlur(w, (k, k), 0), 1e-3)[..., None]
+    out = image.astype(np.float32).copy()
+    out[hole] = (num / den)[hole]
+    return out.round().clip(0, 255).astype(np.uint8)
+
+
+def fill_copy(image: np.ndarray, region: np.ndarray, keep: np.ndarray | None = None) -> np.ndarray:
+    """The hole filled with the texture beside it (the box's width to the left or right, or its height
+    above or below, whichever overlaps the hole and the kept objects least), feathered at the edge:
+    how a generative model paints plausible background over an object it forgot."""
+    hole = _hole(region, keep)
+    ys, xs = np.nonzero(hole)
+    if not len(xs):
+        return image.copy()
+    H, W = hole.shape
+    bw, bh = int(xs.max() - xs.min() + 1), int(ys.max() - ys.min() + 1)
+    busy = hole | keep if keep is not None else hole
+    best = None
+    for dx, dy in ((-bw, 0), (bw, 0), (0, -bh), (0, bh)):
+        x0, y0 = int(xs.min()) + dx, int(ys.min()) + dy
+        if x0 < 0 or y0 < 0 or x0 + bw > W or y0 + bh > H:
+            continue
+        clash = float(busy[y0 : y0 + bh, x0 : x0 + bw].mean())
+        if best is None or clash < best[0]:
+            best = (clash, dx, dy)
+    if best is None:
+        return fill_blur(image, region, keep)
+    _, dx, dy = best
+    src = cv2.warpAffine(image, np.float32([[1, 0, -dx], [0, 1, -dy]]), (W, H), borderMode=cv2.BORDER_REFLECT)
+    alpha = cv2.GaussianBlur(hole.astype(np.float32), (9, 9), 0)
+    alpha[hole] = 1.0
+    out = image * (1 - alpha[..., None]) + src * alpha[..., None]
+    return out.round().clip(0, 255).astype(np.uint8)
+
+
+# how `removed` paints the target away (`SynthConfig.removal_fill`, `opis validate --removal-fill`)
+REMOVAL_FILLS = {"telea": inpaint_region, "ns": fill_ns, "blur": fill_blur, "copy": fill_copy}
+
+
+def remove_object(image: np.ndarray, target: np.ndarray, others: np.ndarray, fill: str = "telea") -> np.ndarray:
+    return REMOVAL_FILLS[fill](image, target, keep=others & ~target)
 
 
 def recolour_object(image: np.ndarray, target: np.ndarray, hue_turn_deg: float, min_saturation: float) -> tuple[np.ndarray, dict]:
@@ -549,7 +607,7 @@ def _edit(name: str, case: Case, ctx: dict, cfg: SynthConfig) -> tuple[np.ndarra
     """(edited I0, parameters, mask of the object where the edit put it or None) for one target edit."""
     tmask, others, image = ctx["tmask"], ctx["others"], case.image
     if name == "removed":
-        return remove_object(image, tmask, others), {}, None
+        return remove_object(image, tmask, others, cfg.removal_fill), {"fill": cfg.removal_fill}, None
     if name == "recoloured":
         img, params = recolour_object(image, tmask, cfg.hue_turn_deg, cfg.min_saturation)
         return img, params, None

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 # The options' defaults are the self-check's own configs, so the command cannot drift from the Python API.
-from worldeval.opis.checks.synth import CAMERA_PATHS, PanTrajectory, SynthConfig, camera_path
+from worldeval.opis.checks.synth import CAMERA_PATHS, REMOVAL_FILLS, PanTrajectory, SynthConfig, camera_path
 from worldeval.opis.checks.validate import ValidateConfig
 
 
@@ -34,6 +34,7 @@ def _register_validate(app: typer.Typer) -> None:
         yaw: float = typer.Option(PanTrajectory.yaw_deg, "--yaw", help="With --camera custom: peak camera turn to the right, degrees."),
         pitch: float = typer.Option(PanTrajectory.pitch_deg, "--pitch", help="With --camera custom: peak camera turn upwards, degrees."),
         target_policy: str = typer.Option(SynthConfig.target_policy, "--target-policy", help="How the edited object is picked: sized | largest | colourful."),
+        removal_fill: str = typer.Option(SynthConfig.removal_fill, "--removal-fill", help="How `removed` paints the target away: telea | ns | blur | copy (texture from beside it, as a generative model paints background)."),
         plane_depth: bool = typer.Option(False, "--plane-depth", help="Give each case without geometry a flat depth (exact for the synthetic camera, which only turns and zooms), so static Structure is eq. 4 and a moved or resized object can show."),
         force: bool = typer.Option(False, "--force", help="Render the rollouts again and re-evaluate them all (use after changing the evaluator: its resume only tracks settings)."),
         as_json: bool = typer.Option(False, "--json", help="Print the result JSON instead of the table."),
@@ -48,12 +49,7 @@ def _register_validate(app: typer.Typer) -> None:
 
         if dataset is None and not clips:
             raise typer.BadParameter("give --dataset and/or --clip", param_hint="--dataset")
-        if camera not in (*CAMERA_PATHS, "cycle", "custom"):
-            raise typer.BadParameter(f"choose {', '.join(CAMERA_PATHS)}, cycle or custom", param_hint="--camera")
-        if target_policy not in ("sized", "largest", "colourful"):
-            raise typer.BadParameter("choose sized, largest or colourful", param_hint="--target-policy")
-        if seconds <= 1.0 or fps <= 0:
-            raise typer.BadParameter("rollouts must be longer than 1 s (the first second is never sampled)", param_hint="--seconds")
+        check_synth_options(camera, target_policy, removal_fill, seconds, fps)
         traj = PanTrajectory(yaw_deg=yaw, pitch_deg=pitch, duration_s=seconds, fps=fps)
         if camera in CAMERA_PATHS:
             traj = camera_path(camera, traj)
@@ -61,6 +57,7 @@ def _register_validate(app: typer.Typer) -> None:
             synth=SynthConfig(
                 trajectory=traj,
                 target_policy=target_policy,
+                removal_fill=removal_fill,
                 camera_cycle=tuple(CAMERA_PATHS) if camera == "cycle" else (),
             ),
             backend=backend,
@@ -115,3 +112,15 @@ def _register_build_coco(app: typer.Typer) -> None:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2)
         typer.echo(f"wrote {len(dirs)} cases to {out}")
+
+
+def check_synth_options(camera: str, target_policy: str, removal_fill: str, seconds: float, fps: float) -> None:
+    """The synthetic rollouts' options, each refused by name when it is not one the synthesis knows."""
+    if camera not in (*CAMERA_PATHS, "cycle", "custom"):
+        raise typer.BadParameter(f"choose {', '.join(CAMERA_PATHS)}, cycle or custom", param_hint="--camera")
+    if target_policy not in ("sized", "largest", "colourful"):
+        raise typer.BadParameter("choose sized, largest or colourful", param_hint="--target-policy")
+    if removal_fill not in REMOVAL_FILLS:
+        raise typer.BadParameter(f"choose {', '.join(REMOVAL_FILLS)}", param_hint="--removal-fill")
+    if seconds <= 1.0 or fps <= 0:
+        raise typer.BadParameter("rollouts must be longer than 1 s (the first second is never sampled)", param_hint="--seconds")
