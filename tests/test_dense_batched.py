@@ -209,7 +209,7 @@ def test_mask_box_equals_the_extremes_of_nonzero():
 
 
 def test_overlap_from_the_boxes_equals_the_whole_mask_counts():
-    from worldeval.opis.perception.extras import MaskStats, same_place
+    from worldeval.geometry import MaskStats, same_place
 
     rng = np.random.default_rng(1)
     masks = []

@@ -406,7 +406,7 @@ def test_sift_keypoints_come_in_one_order_whatever_the_thread_count():
 
 
 def test_a_copy_partly_under_the_objects_spread_mask_is_not_a_piece_of_it():
-    from worldeval.opis.perception.extras import same_place
+    from worldeval.geometry import same_place
 
     def piece_of_own_mask(a, b):  # the rule for the object's own propagated mask
         return same_place(a, b, inside=0.5)

@@ -1,4 +1,5 @@
-"""Boxes and masks in pixels: a mask's tight box, and the IoU of two boxes or of two masks.
+"""Boxes and masks in pixels: a mask's tight box, the IoU of two boxes or of two masks, and whether one
+mask can be explained by another (`same_place`, which the extras and the new-content finder both ask).
 
 A box is (x, y, w, h) with (x, y) its top-left pixel; a mask's box covers its outermost pixels, so a
 one-pixel mask has w = h = 1. Case building, perception and the audits all measure with these, so a
@@ -50,3 +51,56 @@ def mask_iou(a: np.ndarray, b: np.ndarray) -> float:
     inter = np.logical_and(a, b).sum()
     union = np.logical_or(a, b).sum()
     return float(inter / union) if union else 0.0
+
+
+class MaskStats:
+    """Bounding box and pixel count of each mask asked about, computed once per mask (one frame's worth).
+
+    A candidate extra is compared with every matched mask and every projected place: with 50 objects
+    thousands of whole-frame comparisons a frame, most of them of masks whose boxes do not even meet.
+    """
+
+    def __init__(self):
+        self._seen: dict[int, tuple] = {}
+
+    def __call__(self, mask: np.ndarray) -> tuple[tuple[int, int, int, int], int]:
+        import cv2  # here, not at the top: loading a case or an archive needs no OpenCV
+
+        hit = self._seen.get(id(mask))
+        if hit is None or hit[0] is not mask:
+            x, y, w, h = cv2.boundingRect(mask.view(np.uint8))
+            # the mask is kept with its figures: its id cannot be reused by another mask meanwhile
+            hit = self._seen[id(mask)] = (mask, (x, y, x + w, y + h), int(np.count_nonzero(mask)))
+        return hit[1], hit[2]
+
+    def overlap(self, a: np.ndarray, b: np.ndarray) -> int:
+        """Pixels in both masks, counted inside the intersection of their boxes."""
+        (ax0, ay0, ax1, ay1), _ = self(a)
+        (bx0, by0, bx1, by1), _ = self(b)
+        x0, y0, x1, y1 = max(ax0, bx0), max(ay0, by0), min(ax1, bx1), min(ay1, by1)
+        if x1 <= x0 or y1 <= y0:
+            return 0
+        return int(np.count_nonzero(a[y0:y1, x0:x1] & b[y0:y1, x0:x1]))
+
+
+def same_place(a: np.ndarray, b: np.ndarray, allow_inside_larger: bool = False, inside: float = 0.2,
+               stats: MaskStats | None = None) -> bool:
+    """Mask `a` (a candidate extra) can be explained by `b` (a matched object or a projected place).
+
+    IoU > 0.3, or more than `inside` of `a` within `b`; with `allow_inside_larger`, not inside a `b`
+    at least three times larger: a copy standing on a table lies inside the table's mask without being it.
+    `stats` (bool masks of one frame): the same counts from each mask's box, computed once per mask.
+    """
+    if stats is not None and a.dtype == bool and b.dtype == bool:
+        inter = float(stats.overlap(a, b))
+        if inter == 0:
+            return False
+        sa, sb = float(stats(a)[1]), float(stats(b)[1])
+    else:
+        inter = float((a & b).sum())
+        if inter == 0:
+            return False
+        sa, sb = float(a.sum()), float(b.sum())
+    if inter / (sa + sb - inter) > 0.3:
+        return True
+    return inter / sa > inside and not (allow_inside_larger and sb >= 3.0 * sa)

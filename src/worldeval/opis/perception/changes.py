@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from worldeval.geometry import mask_box
+from worldeval.geometry import mask_box, same_place
 from worldeval.opis.backends.base import Observation
 from worldeval.opis.perception.likeness import brightness
 
@@ -102,11 +102,10 @@ def known_places(st, s: float, shape: tuple[int, int]) -> list[tuple[np.ndarray,
 def change_candidates(st, seen: np.ndarray) -> list[Observation]:
     """Compact regions of new content inside the seen part, as observations (full-resolution masks).
 
-    A region explained by a reference instance's place (`extras.same_place`: overlapping it, unless
+    A region explained by a reference instance's place (`geometry.same_place`: overlapping it, unless
     it is a small thing standing inside a much larger matched instance, e.g. on a table) is not new."""
     import cv2
 
-    from worldeval.opis.perception.extras import same_place
 
     got = change_map(st, seen)
     if got is None:
