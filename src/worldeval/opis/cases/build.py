@@ -31,8 +31,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from worldeval.errors import InputError
 from worldeval.geometry import mask_bbox
+from worldeval.opis.cases.buildlog import LOG_NAME, BuildError, image_states, write_dataset_json
 from worldeval.opis.cases.annotate import AnnotateError, AnnotateSpec, ObjectPrompt, assemble_case, estimated_geometry, \
     remove_duplicates, resize_max_side
 from worldeval.opis.cases.phrases import clean_phrases, concept_map, normalize
@@ -40,16 +40,9 @@ from worldeval.opis.cases.segment import concept_rounds, grabcut_from_boxes
 from worldeval.opis.cases.vlm import BuildStepError, propose_task, screen_image, vlm_clean
 from worldeval.opis.case import DEFAULT_FPS, Geometry
 from worldeval.opis.labels import KINEMATICS, TRACKS
-from worldeval.runs import append_jsonl, atomic_write_json, read_jsonl
+from worldeval.runs import append_jsonl, read_jsonl
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
-LOG_NAME = "build_log.jsonl"
-
-
-class BuildError(InputError):
-    """Bad `opis build` input (options, list files, review files); names the file and field."""
-
-
 @dataclass
 class BuildConfig:
     backend: str = "classical"  # classical: GrabCut from VLM boxes; hf (or any registered backend): concept rounds
@@ -146,21 +139,6 @@ def discover_images(inputs: str | Path) -> list[SourceImage]:
         if seen[s.id] > 1:
             s.id = f"{s.id}_{seen[s.id]}"
     return found
-
-
-def image_states(out: Path) -> dict[str, dict]:
-    """The last `done` record per image in the build log."""
-    states: dict[str, dict] = {}
-    for rec in read_jsonl(out / LOG_NAME):
-        if rec.get("step") == "done" and "image" in rec:
-            states[rec["image"]] = rec
-    return states
-
-
-def write_dataset_json(out: Path) -> None:
-    accepted = sorted(i for i, r in image_states(out).items()
-                      if r.get("status") == "accepted" and (out / i / "case.json").exists())
-    atomic_write_json(out / "dataset.json", {"name": out.name, "version": 1, "cases": accepted})
 
 
 # ---------------------------------------------------------------- one image

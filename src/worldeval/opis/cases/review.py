@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from worldeval.errors import CaseError
-from worldeval.opis.cases.build import LOG_NAME, BuildError, write_dataset_json
+from worldeval.opis.cases.buildlog import LOG_NAME, BuildError, write_dataset_json
 from worldeval.opis.case import load_case, read_json
 from worldeval.opis.labels import KINEMATICS, TRACKS
 from worldeval.report.images import downscale, jpeg_data_uri
