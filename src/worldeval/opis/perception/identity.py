@@ -17,6 +17,7 @@ from worldeval.opis.backends.efficientnet import cosine
 from worldeval.opis.perception.likeness import structure_similarity
 from worldeval.opis.perception.places import keypoint_support, support_needed
 from worldeval.opis.perception.propagation import propagated_visibility
+from worldeval.opis.scoring import TAU_I  # identity's tau_I: one home, the scoring rule's
 
 
 def geometric_gates(st, config) -> np.ndarray:
@@ -202,8 +203,6 @@ def unsupported_gates(st, gates: np.ndarray, embedder, config) -> None:
     far from the first one's track, matched with appearance 0.00: the honest report is that the
     instance was not found (unknown), not that it changed. Its own propagated mask carries its own
     verification, and a static instance is gated by the camera."""
-    from worldeval.opis.scoring import TAU_I
-
     if embedder is None:
         return
     for i in range(st.n):
@@ -278,8 +277,6 @@ def identify(st, config, embedder=None) -> None:
     (`AppearanceEmbedder`; with the frame's dense part match when it sets `appearance_parts` and the
     propagation stage ran), else the descriptors' cosine that association used.
     """
-    from worldeval.opis.scoring import TAU_I
-
     assoc, bank = st.assoc, st.bank
     own = embedder.appearance if isinstance(embedder, AppearanceEmbedder) and bank.embeddings is not None else None
     st.ambiguous = [bool(assoc.ambiguous[i]) and not weak_static_tie(st, i, config) for i in range(st.n)]
