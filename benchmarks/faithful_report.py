@@ -64,7 +64,7 @@ def clip_part(args, out: Path, log) -> tuple[list, dict]:
 
 def demo_part(out: Path, log) -> list:
     """The demo (skimage photos, not part of the shared data split: it was looked at while tuning)."""
-    from worldeval.cli_demo import run_demo
+    from worldeval.cli.demo import run_demo
     from worldeval.opis.checks import figures as vf
     from worldeval.opis.archive import read_archive
 

@@ -73,7 +73,7 @@ def _box(mask: np.ndarray) -> tuple[float, float, float, float]:
 
 def resolve_models(args, work: Path) -> dict[str, str]:
     """option -> checkpoint folder: built (--tiny / --random-full) or a models folder, then per-piece overrides."""
-    from worldeval.checkpoints.store import default_models_dir, models_in
+    from worldeval.opis.checkpoints.store import default_models_dir, models_in
 
     for piece in PIECES:  # a wrong path fails before anything is built
         given = getattr(args, piece)
@@ -81,11 +81,11 @@ def resolve_models(args, work: Path) -> dict[str, str]:
             _check(Path(given).is_dir() and (Path(given) / "config.json").is_file(), piece, given,
                    "no checkpoint folder with a config.json at this path")  # fmt: skip
     if args.tiny:
-        from worldeval.checkpoints.tiny import build_tiny_models_dir
+        from worldeval.opis.checkpoints.tiny import build_tiny_models_dir
 
         models = build_tiny_models_dir(work / "tiny")
     elif args.random_full:
-        from worldeval.checkpoints.full import build_full_models
+        from worldeval.opis.checkpoints.full import build_full_models
 
         todo = [p for p in PIECES if getattr(args, p) is None]
         models = build_full_models(work / "full", todo) if todo else {}
@@ -112,7 +112,7 @@ def resolve_models(args, work: Path) -> dict[str, str]:
 
 
 def check_loading(models: dict[str, str], device: str, dtype) -> list[str]:
-    from worldeval.checkpoints.store import check_piece
+    from worldeval.opis.checkpoints.store import check_piece
 
     lines = []
     for piece, path in models.items():

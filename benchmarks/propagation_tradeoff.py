@@ -80,7 +80,7 @@ def main(argv=None) -> int:
         for side in (int(v) for v in args.sides.split(",")):
             backend = load_backend("classical", features_side=side)
             for stride in (int(v) for v in args.strides.split(",")):
-                cfg = EvalConfig(propagation_stride=stride)
+                cfg = EvalConfig(propagation={"stride": stride})
                 n = box_ok = mask_ok = frames = 0
                 wall, prop = 0.0, 0.0
                 for clip, case, video in clips:

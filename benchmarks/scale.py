@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/scale.py                 # 8 cases, workers 1 and 2, local and Ray
     .venv/bin/python benchmarks/scale.py --cases 16 --workers 1 2 4 --no-ray
 
-Every configuration evaluates the same synthetic dataset (tests/test_faults_data.py:
+Every configuration evaluates the same synthetic dataset (tests/helpers/faults_data.py:
 textured scenes with 2-3 objects, H.264 rollouts) into a fresh run folder, end to end
 through `run_eval`: worker start-up, decoding, perception, writing parts, consolidation.
 Throughput is sampled frames per second of wall time. The Ray cluster's own start-up is
@@ -25,9 +25,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))
 
-from test_faults_data import make_dataset  # noqa: E402
+from tests.helpers.faults_data import make_dataset  # noqa: E402
 
 MODEL = "toy"
 SLEEP_S = 0.2

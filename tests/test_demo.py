@@ -8,8 +8,8 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
-from worldeval.cli_demo import expected_order_ok
-from worldeval.demo import build_demo_dataset, demo_spec, load_photo, stereo_geometry
+from worldeval.cli.demo import expected_order_ok
+from worldeval.opis.cases.demo import build_demo_dataset, demo_spec, load_photo, stereo_geometry
 from worldeval.opis.case import load_case
 
 
@@ -58,22 +58,40 @@ def test_expected_order_check():
     assert not expected_order_ok({"oracle": m(90), "swapped": m(5)})[0]  # no forgetful model at all
 
 
+# The ranking tests run `worldeval demo` on two of its cases at half size (a third of the time of the
+# whole demo): the pan camera on a flat photo and the truck camera on stereo depth. Every reference
+# model is still rendered, evaluated and scored; only fewer, smaller inputs go through.
+SMALL_CASES = ("coffee", "motorcycle")
+SMALL_MAX_SIDE = 256
+
+
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
+    """(out folder, CLI result, the spec the run used) of `worldeval demo --json` on the small spec."""
     pytest.importorskip("worldeval.opis.evaluate", reason="the OPIS evaluator is not available")
     from typer.testing import CliRunner
 
+    import worldeval.cli.demo as demo_cli
+    import worldeval.opis.cases.demo as demo_cases
     from worldeval.cli import app
 
+    spec = demo_spec()
+    small = dict(spec, max_side=SMALL_MAX_SIDE, cases=[c for c in spec["cases"] if c["id"] in SMALL_CASES])
+    assert [c["id"] for c in small["cases"]] == list(SMALL_CASES)
     out = tmp_path_factory.mktemp("demo") / "worldeval-demo"
-    res = CliRunner().invoke(app, ["demo", "--out", str(out), "--json", "--bootstrap", "200"])
-    return out, res
+    with pytest.MonkeyPatch.context() as mp:
+        # both the dataset builder and the command read the spec; each must see the small one
+        for module in (demo_cases, demo_cli):
+            mp.setattr(module, "demo_spec", lambda: small)
+        res = CliRunner().invoke(app, ["demo", "--out", str(out), "--json", "--bootstrap", "200"])
+    return out, res, small
 
 
 @pytest.mark.slow
 def test_demo_ranks_the_reference_models(demo_run):
-    out, res = demo_run
+    out, res, small = demo_run
     assert res.exit_code == 0, res.output[-3000:]
+    assert json.loads((out / "dataset" / "dataset.json").read_text())["cases"] == list(SMALL_CASES)
     summary = json.loads(res.output)
     assert summary["ranking_ok"], summary["leaderboard"]
     names = [r["model"] for r in summary["leaderboard"]]
@@ -90,13 +108,13 @@ def test_demo_ranks_the_reference_models(demo_run):
 
 @pytest.mark.slow
 def test_oracle_beats_every_forgetful_model_on_every_demo_case(demo_run):
-    out, res = demo_run
+    out, res, small = demo_run
     assert res.exit_code in (0, 1), res.output[-3000:]
     scores = json.loads((out / "scores.json").read_text())
     by_case = defaultdict(dict)
     for c in scores["cases"]:
         by_case[c["case_id"]][c["model"]] = c["OPIS"]
-    assert set(by_case) == {c["id"] for c in demo_spec()["cases"]}
+    assert set(by_case) == {c["id"] for c in small["cases"]}
     for cid, models in by_case.items():
         for name in ("forgetful-drift", "forgetful-recolor", "forgetful-drop"):
             assert models["oracle"] > models[name], (cid, models)

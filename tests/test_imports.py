@@ -9,6 +9,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from tests.helpers.imports import imported_modules
+
 SRC = Path(__file__).resolve().parents[1] / "src" / "worldeval"
 
 # (importing file relative to SRC, imported name) allowed to stay private; empty: a module that
@@ -39,10 +41,10 @@ def test_the_checker_finds_private_names_only(tmp_path):
         "from worldeval.opis.checks.synth import dilate\n"
         "from .validate import _hidden\n"
         "def f():\n"
-        "    from worldeval.opis.cli.eval import _opts, parse_options\n"
+        "    from worldeval.cli.opis.eval import _opts, parse_options\n"
     )
     assert private_imports(tmp_path) == [("m.py", 4, ".validate", "_hidden"),
-                                         ("m.py", 6, "worldeval.opis.cli.eval", "_opts")]
+                                         ("m.py", 6, "worldeval.cli.opis.eval", "_opts")]
 
 
 def test_no_module_imports_a_private_name():
@@ -53,17 +55,17 @@ def test_no_module_imports_a_private_name():
     assert not stale, f"allow-list entries that no longer occur (remove them): {stale}"
 
 
-# opis's rooms, each allowed to import only the rooms after it: the command line, checking the
-# evaluator, making cases, then the evaluation core (case, evaluate, run, archive, scoring, claims,
-# perception, backends, producers).
-ROOMS = ("cli", "checks", "cases", "core")
+# opis's rooms, each allowed to import only the rooms after it: checking the evaluator, making
+# cases, then the evaluation core (case, evaluate, run, archive, scoring, perception, backends,
+# producers). The command line is worldeval/cli/, above every benchmark (tests/test_layering.py).
+ROOMS = ("checks", "cases", "core")
 
 
 def _room(module: str) -> str | None:
     parts = module.split(".")
     if parts[:2] != ["worldeval", "opis"]:
         return None
-    return parts[2] if len(parts) > 2 and parts[2] in ROOMS[:3] else "core"
+    return parts[2] if len(parts) > 2 and parts[2] in ROOMS[:2] else "core"
 
 
 def _module_name(path: Path) -> str:
@@ -80,7 +82,7 @@ def test_opis_rooms_import_one_way():
                 there = _room(node.module)
                 if there is not None and ROOMS.index(there) < ROOMS.index(here):
                     upward.append(f"{path.relative_to(SRC)}:{node.lineno} ({here}) imports {node.module} ({there})")
-    assert not upward, "imports against the direction cli -> checks -> cases -> core:\n" + "\n".join(upward)
+    assert not upward, "imports against the direction checks -> cases -> core:\n" + "\n".join(upward)
 
 
 def test_opis_top_level_holds_at_most_eight_modules():
@@ -88,33 +90,17 @@ def test_opis_top_level_holds_at_most_eight_modules():
     assert len(top) <= 8, top
 
 
-# WorldCast's rooms, each allowed to import only the rooms after it: the command line (worldcast/cli.py),
-# the packaged samples with the demo that judges and scores them, the checks of the judge (analysis),
+# WorldCast's rooms, each allowed to import only the rooms after it: the package's top (its
+# __init__; the command line is worldeval/cli/worldcast/), the packaged samples with the demo that judges and scores them, the checks of the judge (analysis),
 # scoring, judging, generation, and what every other room reads (inputs: cases, output adapters).
-WORLDCAST_ROOMS = ("cli", "samples", "analysis", "scoring", "judging", "generation", "inputs")
+WORLDCAST_ROOMS = ("top", "samples", "analysis", "scoring", "judging", "generation", "inputs")
 
 
 def _worldcast_room(module: str) -> str | None:
     parts = module.split(".")
     if parts[:2] != ["worldeval", "worldcast"]:
         return None
-    return parts[2] if len(parts) > 2 and parts[2] in WORLDCAST_ROOMS[1:] else "cli"
-
-
-def imported_modules(path: Path, root: Path) -> list[tuple[int, str]]:
-    """(line, dotted target) of every import in `path` at any depth; `from a import b` is `a.b`, since b may be
-    a module, and a relative import is resolved against the file's package (`root` holds `worldeval/`)."""
-    rel = list(path.relative_to(root).with_suffix("").parts)
-    package = rel[:-1]
-    out = []
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            out += [(node.lineno, a.name) for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = package[:len(package) - node.level + 1] if node.level else []
-            module = ".".join(base + ([node.module] if node.module else []))
-            out += [(node.lineno, f"{module}.{a.name}") for a in node.names]
-    return out
+    return parts[2] if len(parts) > 2 and parts[2] in WORLDCAST_ROOMS[1:] else "top"
 
 
 def worldcast_upward_imports(root: Path = SRC.parent) -> list[str]:
@@ -143,12 +129,12 @@ def test_the_worldcast_checker_finds_upward_imports(tmp_path):
     (pkg / "scoring" / "scores.py").write_text(
         "from worldeval.worldcast.inputs.cases import load_cases\n"
         "from worldeval.worldcast import judging\n"
-        "import worldeval.worldcast.cli\n"  # upward: the command line is the top room
+        "import worldeval.worldcast\n"  # upward: the package's top is the top room
     )
     assert worldcast_upward_imports(tmp_path) == [
         "worldeval/worldcast/inputs/cases.py:1 (inputs) imports worldeval.worldcast.judging.records.JUDGMENTS (judging)",
         "worldeval/worldcast/inputs/cases.py:4 (inputs) imports worldeval.worldcast.scoring.scores (scoring)",
-        "worldeval/worldcast/scoring/scores.py:3 (scoring) imports worldeval.worldcast.cli (cli)",
+        "worldeval/worldcast/scoring/scores.py:3 (scoring) imports worldeval.worldcast (top)",
     ]
 
 
@@ -159,14 +145,6 @@ def test_worldcast_rooms_import_one_way():
 
 def test_worldcast_modules_live_in_rooms():
     top = sorted(p.name for p in (SRC / "worldcast").glob("*.py"))
-    assert top == ["__init__.py", "cli.py"], top
+    assert top == ["__init__.py"], top
     rooms = sorted(p.name for p in (SRC / "worldcast").iterdir() if (p / "__init__.py").is_file())
     assert rooms == sorted(WORLDCAST_ROOMS[1:]), f"a room missing from WORLDCAST_ROOMS (or gone): {rooms}"
-
-
-def test_the_benchmarks_do_not_import_each_other():
-    # What both need (endpoint settings, the generator client, the judge) lives in the core.
-    for mine, other in (("opis", "worldcast"), ("worldcast", "opis")):
-        found = [f"{p.relative_to(SRC)}:{line} imports {t}" for p in sorted((SRC / mine).rglob("*.py"))
-                 for line, t in imported_modules(p, SRC.parent) if t.startswith(f"worldeval.{other}.")]
-        assert not found, found

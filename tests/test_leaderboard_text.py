@@ -6,8 +6,8 @@ import inspect
 
 from rich.console import Console
 
-from worldeval.cli_demo import leaderboard, print_leaderboard, run_demo
-from worldeval.opis.cli.score import LEADERBOARD_NOTE, render_tables
+from worldeval.cli.demo import leaderboard, print_leaderboard, run_demo
+from worldeval.cli.opis.score import LEADERBOARD_NOTE, render_tables
 from worldeval.opis.scoring import ScoreConfig
 
 

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from worldeval.media import MediaError, decode_frames, probe_video, sample_frame_indices, write_video
+from tests.helpers.paths import SHARED_DATA
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DATA = SHARED_DATA
 
 
 @pytest.mark.parametrize("n, fps, count, first", [(300, 30, 34, 30), (241, 24, 28, 24), (160, 16, 18, 16)])

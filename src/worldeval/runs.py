@@ -157,6 +157,19 @@ def redact(obj: Any) -> Any:
     return obj
 
 
+def read_manifest(root: Path, notes: list[str]) -> dict:
+    """A run folder's manifest.json, redacted; {} with a note in `notes` when it is missing or unreadable."""
+    p = root / "manifest.json"
+    if not p.exists():
+        notes.append(f"{p}: no manifest")
+        return {}
+    try:
+        return redact(json.loads(p.read_text(encoding="utf-8")))
+    except (OSError, json.JSONDecodeError) as exc:
+        notes.append(f"{p}: unreadable manifest ({exc})")
+        return {}
+
+
 def git_revision() -> str | None:
     try:
         here = Path(__file__).resolve().parent

@@ -24,7 +24,9 @@ computation rather than "no evidence".
 
 from __future__ import annotations
 
+import json
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -35,6 +37,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from worldeval.opis.labels import ARCHIVE_TRACKS, EXCLUDED, STRUCTURE_SOURCES, UNLABELED, VISIBILITY, Visibility
+from worldeval.runs import atomic_write_via, read_manifest
 
 SCHEMA = pa.schema(
     [
@@ -91,8 +94,6 @@ class ArchiveError(ValueError):
 
 
 def _atomic_write_table(table: pa.Table, path: Path) -> Path:
-    from worldeval.runs import atomic_write_via
-
     return atomic_write_via(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
 
 
@@ -601,3 +602,91 @@ def frame_from_records(records: Sequence[dict], **common) -> pd.DataFrame:
     for c in BOOL_COLUMNS:
         df[c] = df[c].astype(bool)
     return df
+
+
+# ----------------------------------------------------------------------------- a run folder as found
+# The report and the manual audit read whatever a run folder holds: every reader here returns what it
+# found plus notes about what it could not use, instead of raising (a failed rollout, a run that never
+# consolidated, a missing frames record must not stop a report).
+
+
+@dataclass
+class OpisRun:
+    root: Path
+    manifest: dict
+    archive_files: list[Path]
+    frames: dict[tuple[str, str], Path]  # (model, case_id) -> frames record path
+    status: dict[tuple[str, str], dict]  # (model, case_id) -> status record
+    notes: list[str] = field(default_factory=list)
+
+
+def found_archive_files(root: Path) -> list[Path]:
+    """Consolidated archives first; per-rollout parts only for models with no consolidated file.
+
+    Parts and consolidated files hold the same rows, so reading both would count a rollout twice.
+    """
+    files: list[Path] = []
+    if (root / SINGLE_FILE).is_file():
+        files.append(root / SINGLE_FILE)
+    mdir = root / PER_MODEL_DIR
+    consolidated_models = set()
+    if mdir.is_dir():
+        for p in sorted(mdir.glob("*.parquet")):
+            files.append(p)
+            consolidated_models.add(p.stem)
+    pdir = root / PARTS_DIR
+    if pdir.is_dir() and not (root / SINGLE_FILE).is_file():
+        for mdl in sorted(x for x in pdir.iterdir() if x.is_dir()):
+            if mdl.name not in consolidated_models:
+                files.extend(sorted(mdl.glob("*.parquet")))
+    return files
+
+
+def load_opis_run(root: Path) -> OpisRun:
+    notes: list[str] = []
+    manifest = read_manifest(root, notes)
+    frames: dict[tuple[str, str], Path] = {}
+    fdir = root / "frames"
+    if fdir.is_dir():
+        for p in sorted(fdir.glob("*/*.json")):
+            frames[(p.parent.name, p.stem)] = p
+    status: dict[tuple[str, str], dict] = {}
+    sdir = root / "status"
+    if sdir.is_dir():
+        for p in sorted(sdir.glob("*/*.json")):
+            try:
+                rec = json.loads(p.read_text(encoding="utf-8"))
+            except (OSError, json.JSONDecodeError) as exc:
+                notes.append(f"{p}: unreadable status record ({exc})")
+                continue
+            status[(str(rec.get("model", p.parent.name)), str(rec.get("case_id", p.stem)))] = rec
+    return OpisRun(root, manifest, found_archive_files(root), frames, status, notes)
+
+
+def is_opis_run(root: Path) -> bool:
+    return bool(found_archive_files(root)) or (root / "frames").is_dir() or (root / "status").is_dir()
+
+
+def read_archives(files: list[Path], notes: list[str]) -> pd.DataFrame:
+    """All archive rows of the given Parquet files (unreadable files are noted and skipped)."""
+    frames = []
+    for p in files:
+        try:
+            frames.append(pd.read_parquet(p))
+        except Exception as exc:  # pyarrow raises several types for broken files
+            notes.append(f"{p}: unreadable archive ({exc})")
+    if not frames:
+        return pd.DataFrame(columns=list(COLUMNS))
+    return pd.concat(frames, ignore_index=True)
+
+
+def read_frames_record(path: Path, notes: list[str]) -> dict | None:
+    try:
+        rec = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        notes.append(f"{path}: unreadable frames record ({exc})")
+        return None
+    if not isinstance(rec, dict) or not isinstance(rec.get("frames"), list):
+        notes.append(f"{path}: frames record has no 'frames' list")
+        return None
+    return rec

@@ -11,152 +11,23 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ValidationError
 
 from worldeval.errors import CaseError
 from worldeval.geometry import mask_bbox
-from worldeval.opis.labels import CASE_KINEMATICS, CASE_TRACKS, TRACKS, UNLABELED, Kinematics, Track, phrase_labels
+# the case's schema and mask encoding: read here by whoever loads or writes a case
+from worldeval.opis.casespec import (  # noqa: F401
+    DEFAULT_FPS, CameraKeyframe, CameraTask, CaseSpec, Claim, Instance, decode_rle, encode_rle, rotation_from_angles,
+)
+from worldeval.opis.official.layout import find_official_cases, is_official_case, read_official_case
+from worldeval.runs import atomic_write_json
 
-# The frame rate of a camera task, synthetic rollout or clip that names none.
-DEFAULT_FPS = 24.0
 # bbox may disagree with the mask's tight box by this much (pixels, or share of the box side)
 BBOX_TOLERANCE_PX = 3.0
 BBOX_TOLERANCE_FRAC = 0.05
-
-
-class Claim(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    family: str
-    text: str
-
-
-class Instance(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    id: str
-    category: str
-    mask: dict[str, Any] | None = None
-    mask_png: str | None = None
-    bbox: list[float] | None = None
-    kinematics: Literal[CASE_KINEMATICS]
-    # null: unlabeled (Presence and Identity only); "excluded": carried, never scored. The key itself
-    # is required, so a forgotten track is an error rather than a silently unlabeled object.
-    track: Literal[CASE_TRACKS] | None
-    # Free-form: strings are compared with what a backend reads off a find; other values are carried.
-    attributes: dict[str, Any] = Field(default_factory=dict)
-    claims: list[Claim] = Field(default_factory=list)
-    # Objects one cannot tell apart by appearance (the authors' `ambiguity_group`), carried for reports.
-    ambiguity_group: str | None = None
-    # Fields of an imported inventory with no counterpart here (the authors' embedding, size signature,
-    # centre, motion expectation), kept verbatim and never read by perception: backends embed I0 themselves.
-    source: dict[str, Any] | None = None
-
-    @property
-    def archive_track(self) -> str:
-        """The label its rows carry in the measurement archive's `track` column."""
-        return self.track if self.track is not None else UNLABELED
-
-    @property
-    def followed_as(self) -> str:
-        """How perception follows it. An instance without a Structure track (unlabeled, excluded) is
-        dynamic when articulated or deformable, or when its kinematics is unknown and its phrase names a
-        person, an animal or a part of one; else static: the camera model places it, so a large rigid
-        thing (a table) is not left for the search to cut into unclaimed pieces."""
-        if self.track in TRACKS:
-            return self.track
-        if self.kinematics == Kinematics.UNKNOWN:
-            return Track.DYNAMIC if phrase_labels(self.category) else Track.STATIC
-        return Track.STATIC if self.kinematics == Kinematics.RIGID else Track.DYNAMIC
-
-    @field_validator("id", "category")
-    @classmethod
-    def _non_empty(cls, v: str) -> str:
-        if not v or not v.strip():
-            raise ValueError("must be a non-empty string")
-        return v
-
-
-class CameraKeyframe(BaseModel):
-    """Camera pose at time `t` relative to the input view.
-
-    Angles in degrees: yaw turns the camera right, pitch turns it up, roll turns
-    it clockwise. `translation` is the camera centre's motion in reference
-    camera coordinates (x right, y down, z forward), in the depth map's units.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-    t: float
-    yaw_deg: float = 0.0
-    pitch_deg: float = 0.0
-    roll_deg: float = 0.0
-    translation: list[float] = Field(default_factory=lambda: [0.0, 0.0, 0.0])
-
-
-class CameraTask(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    description: str = ""
-    duration_s: float = 10.0
-    fps: float = DEFAULT_FPS
-    keyframes: list[CameraKeyframe] = Field(default_factory=lambda: [CameraKeyframe(t=0.0)])
-
-    def pose_at(self, t: float) -> CameraKeyframe:
-        """Piecewise-linear interpolation of the keyframes (held constant outside them)."""
-        kfs = sorted(self.keyframes, key=lambda k: k.t)
-        if t <= kfs[0].t:
-            return kfs[0]
-        if t >= kfs[-1].t:
-            return kfs[-1]
-        for a, b in zip(kfs, kfs[1:]):
-            if a.t <= t <= b.t:
-                u = 0.0 if b.t == a.t else (t - a.t) / (b.t - a.t)
-                lerp = lambda x, y: x + u * (y - x)  # noqa: E731
-                return CameraKeyframe(
-                    t=t,
-                    yaw_deg=lerp(a.yaw_deg, b.yaw_deg),
-                    pitch_deg=lerp(a.pitch_deg, b.pitch_deg),
-                    roll_deg=lerp(a.roll_deg, b.roll_deg),
-                    translation=[lerp(x, y) for x, y in zip(a.translation, b.translation)],
-                )
-        return kfs[-1]
-
-
-def rotation_from_angles(yaw_deg: float, pitch_deg: float, roll_deg: float) -> np.ndarray:
-    """World-to-camera rotation R_t of a camera turned by (yaw, pitch, roll) from the reference.
-
-    A reference-camera point X maps to R_t @ (X - C_t) in the new camera.
-    """
-    y, p, r = (math.radians(v) for v in (yaw_deg, pitch_deg, roll_deg))
-    # Camera turning right by yaw = points rotate left in camera coords: rotation about y by -yaw.
-    Ry = np.array([[math.cos(y), 0, -math.sin(y)], [0, 1, 0], [math.sin(y), 0, math.cos(y)]])
-    # Camera tilting up = points move down (y grows downward): rotation about x.
-    Rx = np.array([[1, 0, 0], [0, math.cos(p), math.sin(p)], [0, -math.sin(p), math.cos(p)]])
-    Rz = np.array([[math.cos(r), math.sin(r), 0], [-math.sin(r), math.cos(r), 0], [0, 0, 1]])
-    return Rz @ Rx @ Ry
-
-
-class CaseSpec(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    id: str
-    domain: str
-    subcategory: str
-    image: str
-    instruction: str = ""
-    camera_task: CameraTask | dict[str, Any] | None = None
-    instances: list[Instance]
-    # Where an imported case came from (the authors' layout: folder, scene id, scene metadata,
-    # conditions, clip length), kept verbatim for reports and for matching their runs.
-    source: dict[str, Any] | None = None
-
-    def camera(self) -> CameraTask:
-        if isinstance(self.camera_task, CameraTask):
-            return self.camera_task
-        if isinstance(self.camera_task, dict):
-            return CameraTask.model_validate(self.camera_task)
-        # No camera task (the authors' cases carry only a clip length): a held camera for that long.
-        duration = (self.source or {}).get("duration_s")
-        return CameraTask(duration_s=float(duration)) if duration else CameraTask()
 
 
 @dataclass
@@ -215,25 +86,6 @@ def _inside(root: Path, rel: str, file: Path, fieldname: str) -> Path:
     if root.resolve() not in full.parents and full != root.resolve():
         raise CaseError(file, fieldname, f"path {rel!r} leaves the case folder")
     return full
-
-
-def encode_rle(mask: np.ndarray) -> dict[str, Any]:
-    from pycocotools import mask as mask_utils
-
-    rle = mask_utils.encode(np.asfortranarray(mask.astype(np.uint8)))
-    return {"size": [int(v) for v in rle["size"]], "counts": rle["counts"].decode("ascii")}
-
-
-def decode_rle(rle: dict[str, Any]) -> np.ndarray:
-    from pycocotools import mask as mask_utils
-
-    r = dict(rle)
-    if isinstance(r.get("counts"), list):
-        h, w = r["size"]
-        r = mask_utils.frPyObjects(r, h, w)
-    elif isinstance(r.get("counts"), str):
-        r["counts"] = r["counts"].encode("ascii")
-    return mask_utils.decode(r).astype(bool)
 
 
 def read_json(path: Path) -> Any:
@@ -338,9 +190,6 @@ def load_case(case_dir: str | Path, with_geometry: bool = True) -> Case:
 
 def _load_official(root: Path, with_geometry: bool) -> Case | None:
     """A case folder of the OPIS authors' layout, or None when the folder is not one."""
-    # Imported here: the authors' reader builds on this module.
-    from worldeval.opis.official.layout import is_official_case, read_official_case
-
     if not is_official_case(root):
         return None
     oc = read_official_case(root)
@@ -379,8 +228,6 @@ def _load_geometry(gpath: Path, H: int, W: int) -> Geometry:
 
 def is_case_dir(folder: Path) -> bool:
     """A case of ours (case.json) or of the authors' layout (raw.jpg + reference_scene.json)."""
-    from worldeval.opis.official.layout import is_official_case
-
     return (folder / "case.json").is_file() or is_official_case(folder)
 
 
@@ -389,8 +236,6 @@ def iter_case_dirs(dataset: str | Path) -> list[Path]:
     case; else every case below it, ours (`*/case.json`) and the authors' (`final/<subcategory>/<case>`,
     at any depth: the download root, `final/`, one subcategory). A folder holding no case is an error,
     as are two cases with the same id (the folder name: rollouts are `<case_id>.mp4`)."""
-    from worldeval.opis.official.layout import find_official_cases
-
     root = Path(dataset)
     if not root.is_dir():
         raise CaseError(root, "dataset", "not a directory")
@@ -431,8 +276,6 @@ def write_case(
 ) -> Path:
     """Write a case folder (masks as COCO RLE, bbox from the mask). Returns the case.json path."""
     from PIL import Image
-
-    from worldeval.runs import atomic_write_json
 
     root = Path(case_dir)
     root.mkdir(parents=True, exist_ok=True)

@@ -17,11 +17,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from worldeval.media import MediaError, SampledFrames, decode_frames, probe_video, sample_frame_indices
 from worldeval.opis.archive import COLUMNS
-from worldeval.opis.backends.base import Backend
+from worldeval.opis.backends import registry
+from worldeval.opis.backends.base import Backend, BatchEmbedder, BatchSegmenter
+from worldeval.opis.backends.efficientnet import torch_threads
 from worldeval.opis.case import Case, Geometry, default_intrinsics
 from worldeval.opis.perception.config import EvalConfig
 from worldeval.opis.perception.frame import measure_frame
+from worldeval.opis.perception.motion import neighbour_offset, wants_motion
+from worldeval.opis.perception.propagation import build_propagation_reference, propagate_rollout, propagation_grid
 from worldeval.opis.perception.reference import ReferenceBank, build_reference
 
 __all__ = ["EvalConfig", "RolloutResult", "STAGES", "evaluate_rollout", "load_backend", "reference_for", "rollout_warnings"]
@@ -65,8 +70,6 @@ class _Timer:
 
 def load_backend(name: str = "classical", device: str = "cpu", module_path: str | None = None, **options) -> Backend:
     """The backend `name` names (registered, entry point or module:builder; see backends/registry.py)."""
-    from worldeval.opis.backends import registry
-
     return registry.build(name, device=device, module_path=module_path, **options)
 
 
@@ -115,8 +118,6 @@ def _frame_threads() -> int:
 
 def _frame_chunks(pairs: list, backend: Backend) -> list[list]:
     """The sampled frames in the batches a batch segmenter asks for (all of them in one chunk otherwise)."""
-    from worldeval.opis.backends.base import BatchSegmenter
-
     seg = backend.segmenter
     n = max(1, int(seg.frame_batch)) if isinstance(seg, BatchSegmenter) else 1
     if n == 1:
@@ -126,8 +127,6 @@ def _frame_chunks(pairs: list, backend: Backend) -> list[list]:
 
 def _observe_batch(bank: ReferenceBank, frames: list[np.ndarray], backend: Backend, timer) -> list:
     """Observations (embedded) of a batch of frames, or None per frame where the segmenter takes one at a time."""
-    from worldeval.opis.backends.base import BatchEmbedder, BatchSegmenter
-
     seg = backend.segmenter
     if not (isinstance(seg, BatchSegmenter) and int(seg.frame_batch) > 1):
         return [None] * len(frames)
@@ -144,8 +143,6 @@ def _observe_batch(bank: ReferenceBank, frames: list[np.ndarray], backend: Backe
 
 def _neighbour_indices(indices: list[int], info, bank: ReferenceBank, backend: Backend) -> dict[int, tuple[int, ...]]:
     """Per sampled frame, the video frames its moving-object proposals compare it with (none: not wanted)."""
-    from worldeval.opis.perception.motion import neighbour_offset, wants_motion
-
     if not wants_motion(bank, backend):
         return {}
     k = neighbour_offset(info.fps)
@@ -153,17 +150,13 @@ def _neighbour_indices(indices: list[int], info, bank: ReferenceBank, backend: B
 
 
 def _propagation_grid(info, indices: list[int], backend: Backend, config: EvalConfig) -> list[int]:
-    from worldeval.opis.perception.propagation import propagation_grid
-
-    if not (config.propagation and backend.features is not None):
+    if not (config.propagation.enabled and backend.features is not None):
         return []
-    return propagation_grid(info.num_frames, indices, config.propagation_stride)
+    return propagation_grid(info.num_frames, indices, config.propagation.stride)
 
 
 def propagation_reference(bank: ReferenceBank, backend: Backend):
     """I0's features and labels for the propagation stage, computed once per reference bank."""
-    from worldeval.opis.perception.propagation import build_propagation_reference
-
     key = ("propagation", backend.features.name, tuple(sorted(backend.features.versions.items())))
     if key not in bank.cache:
         bank.cache[key] = build_propagation_reference(bank.image, bank.masks, backend.features)
@@ -179,8 +172,6 @@ def _propagate(bank: ReferenceBank, backend: Backend, frames: dict, grid: list[i
     """
     if not grid:
         return {}
-    from worldeval.opis.backends.efficientnet import torch_threads
-    from worldeval.opis.perception.propagation import propagate_rollout
 
     # each step needs the one before, so the frames cannot share the cores: the network may
     # use all of them here (the crop embedder keeps to one thread while frames run in parallel)
@@ -192,8 +183,6 @@ def evaluate_rollout(
     case: Case, video: str | Path, model: str, backend: Backend, config: EvalConfig | None = None, judge=None,
     keep_masks: bool = False,
 ) -> RolloutResult:
-    from worldeval.media import MediaError, SampledFrames, decode_frames, probe_video, sample_frame_indices
-
     config = config or EvalConfig()
     timer = _Timer()
     video = Path(video)

@@ -199,6 +199,25 @@ class _Run:
             self.checks = dict(result.checks)
 
 
+def _folder_eval(run_dir: Path, run_config: dict, config: EvalConfig) -> dict:
+    """The eval settings as the folder's manifest holds them, where they are `config`'s; else `config`'s dump.
+
+    The config hash is over JSON, so the same settings in another layout (flat, as manifests before
+    issue 32 hold them) hash differently. Where the folder's eval dict validates to `config` and,
+    put in place of this run's, gives the folder's hash back (all else equal), the run keeps that
+    dict and with it the folder's hash: a resume needs no --force and finished items stay done.
+    """
+    try:
+        old = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
+        theirs = old["config"]["eval"]
+        same = EvalConfig.model_validate(theirs) == config
+    except (OSError, ValueError, KeyError, TypeError):  # no folder yet, or one check_resume will judge
+        return run_config["eval"]
+    if same and runs.config_hash({**run_config, "eval": theirs}) == old.get("config_hash"):
+        return theirs
+    return run_config["eval"]
+
+
 def _start(dataset: Path, rollouts: Path, run_dir: Path, model: str, backend, device, workers, executor, force,
            judge_public, config: EvalConfig, backend_options: dict) -> tuple[_Run, str]:
     """Check resume and write the run's first manifest; returns the run and the dataset fingerprint."""
@@ -209,6 +228,7 @@ def _start(dataset: Path, rollouts: Path, run_dir: Path, model: str, backend, de
         "eval": config.model_dump(),
         "judge": {k: v for k, v in (judge_public or {}).items() if k in ("model", "base_url")} or None,
     }
+    run_config["eval"] = _folder_eval(run_dir, run_config, config)
     chash = runs.config_hash(run_config)
     fingerprint = runs.fingerprint_dir(dataset)
     old = runs.check_resume(run_dir, config_hash=chash, dataset_fingerprint=fingerprint, force=force) or {}

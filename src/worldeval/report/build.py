@@ -14,13 +14,8 @@ from typing import Callable
 import jinja2
 
 from worldeval import __version__
-from worldeval.report.loaders import (
-    is_opis_run,
-    is_worldcast_run,
-    load_opis_run,
-    load_worldcast_run,
-    missing_results,
-)
+from worldeval.opis.archive import is_opis_run, load_opis_run
+from worldeval.report.loaders import is_worldcast_run, load_worldcast_run, missing_results
 from worldeval.report.opis import VARIANTS, build_opis
 from worldeval.report.worldcast import build_worldcast
 from worldeval.runs import atomic_write_text, redact

@@ -18,10 +18,16 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from worldeval.opis.archive import archive_keys
-from worldeval.opis.scoring import ALL_VARIANTS, TAU_I, TAU_S, ScoreConfig, frame_evidence, frame_scores, variant_rules
+from worldeval.errors import CaseError
+from worldeval.media import MediaError, decode_frames
+from worldeval.opis.archive import OpisRun, archive_keys, read_archive, read_archives, read_frames_record
+from worldeval.opis.case import is_case_dir, iter_case_dirs, load_case
+from worldeval.opis.scoring import (
+    ALL_VARIANTS, TAU_I, TAU_S, ScoreConfig, frame_evidence, frame_scores, score_runs, variant_rules,
+)
 from worldeval.report import images, plots
-from worldeval.report.loaders import num as _num, OpisRun, read_archives, read_frames_record, resolve_path
+from worldeval.report.loaders import num as _num, resolve_path
+from worldeval.thumbnails import downscale, draw_boxes, draw_mask_outlines, jpeg_data_uri
 
 # The paper's Table 5 variants and the OPIS authors' official-v3, as scoring declares them (one home).
 VARIANTS = ALL_VARIANTS
@@ -31,29 +37,12 @@ INTERVALS = ("1-4", "4-7", "7-10")
 ScoreFn = Callable[[list[Path], str, int, int], dict]
 
 
-def _lookup(d: Any, *names: str) -> Any:
-    """First present key among `names` (score JSON producers may spell diagnostics slightly differently)."""
-    if not isinstance(d, dict):
-        return None
-    for n in names:
-        if n in d:
-            return d[n]
-    lower = {str(k).lower().replace("-", "_"): v for k, v in d.items()}
-    for n in names:
-        k = n.lower().replace("-", "_")
-        if k in lower:
-            return lower[k]
-    return None
-
-
 def slug(*parts: str) -> str:
     return "-".join(re.sub(r"[^A-Za-z0-9_.-]+", "_", str(p)) for p in parts)
 
 
 def default_score_fn(paths: list[Path], variant: str, bootstrap: int, seed: int) -> dict:
     """Score the run folders with scoring's own config (its declared fields, nothing probed)."""
-    from worldeval.opis.scoring import score_runs
-
     return score_runs([str(p) for p in paths], ScoreConfig(variant=variant, bootstrap=bootstrap, seed=seed))
 
 
@@ -129,12 +118,9 @@ def _diag_rows(strict: dict, models: list[str], key: str, bins: tuple[str, ...])
             c = d.get(b)
             if not isinstance(c, dict):
                 continue
-            vals = {
-                "P": _num(_lookup(c, "P")), "I": _num(_lookup(c, "I")), "S": _num(_lookup(c, "S")),
-                "C_S": _num(_lookup(c, "C_S", "coverage")),
-                "Fail-I": _num(_lookup(c, "Fail-I", "fail_I", "fail_i_pct", "fail_I_pct", "failI")),
-                "OPIS": _num(_lookup(c, "OPIS")),
-            }
+            # the keys scoring declares for a diagnostic bin (`scoring._DIAG`, plus its OPIS)
+            vals = {"P": _num(c.get("P")), "I": _num(c.get("I")), "S": _num(c.get("S")), "C_S": _num(c.get("C_S")),
+                    "Fail-I": _num(c.get("fail_I")), "OPIS": _num(c.get("OPIS"))}
             per_model[m][b] = vals
             rows.append({"model": m, "bin": b, **vals})
     return rows, per_model
@@ -153,9 +139,8 @@ def _coverage_rows(strict: dict, models: list[str]) -> list[dict]:
     for m in models:
         c = strict["models"][m].get("coverage") or {}
         rows.append({
-            "model": m, "C_P": _num(_lookup(c, "C_P")), "C_I": _num(_lookup(c, "C_I")),
-            "static": _num(_lookup(c, "static", "Static%")), "dynamic": _num(_lookup(c, "dynamic", "Dynamic%")),
-            "unknown": _num(_lookup(c, "unknown", "Unknown%")), "no_s": _lookup(c, "no_s", "No-S"),
+            "model": m, "C_P": _num(c.get("C_P")), "C_I": _num(c.get("C_I")), "static": _num(c.get("static")),
+            "dynamic": _num(c.get("dynamic")), "unknown": _num(c.get("unknown")), "no_s": c.get("no_s"),
         })
     return rows
 
@@ -172,15 +157,13 @@ def _pick_frames(n: int, k: int) -> list[int]:
 def _reference_view(case_dir: Path | None, thumb_side: int, notes: list[str]) -> dict | None:
     if case_dir is None:
         return None
-    from worldeval.errors import CaseError
-    from worldeval.opis.case import load_case
 
     try:
         case = load_case(case_dir, with_geometry=False)
     except (CaseError, OSError, ValueError) as exc:
         notes.append(f"reference image unavailable: {exc}")
         return None
-    img, scale = images.downscale(case.image, thumb_side)
+    img, scale = downscale(case.image, thumb_side)
     insts = case.instances
     # Masks, not boxes: the mask is what perception matches against, and a box hides how much of
     # it is background (thin, diagonal or hollow objects).
@@ -188,17 +171,15 @@ def _reference_view(case_dir: Path | None, thumb_side: int, notes: list[str]) ->
     outlines = [(case.masks[i.id], images.REFERENCE_COLOR, labels[i.id]) for i in insts if i.id in case.masks]
     boxes = [(i.bbox, images.REFERENCE_COLOR, labels[i.id]) for i in insts if i.id not in case.masks]
     # 2 px: JPEG's halved colour resolution washes a 1 px outline into the object's own colour.
-    drawn = images.draw_boxes(images.draw_mask_outlines(img, outlines, scale, thickness=2), boxes, scale)
+    drawn = draw_boxes(draw_mask_outlines(img, outlines, scale, thickness=2), boxes, scale)
     return {
-        "uri": images.jpeg_data_uri(drawn),
+        "uri": jpeg_data_uri(drawn),
         "caption": f"I0 with {len(insts)} reference instances",
         "instruction": case.spec.instruction,
     }
 
 
 def _frame_strip(record: dict, video: Path | None, k: int, thumb_side: int, notes: list[str]) -> list[dict]:
-    from worldeval.media import MediaError, decode_frames
-
     recs = [f for f in record.get("frames", []) if isinstance(f, dict) and "frame" in f]
     chosen = [recs[i] for i in _pick_frames(len(recs), k)]
     if not chosen:
@@ -231,16 +212,13 @@ def _frame_strip(record: dict, video: Path | None, k: int, thumb_side: int, note
         caption = (f"frame {int(f['frame'])}" + (f" · {t:.2f} s" if t is not None else "")
                    + "".join(f" · {n} {st}" for st, n in counts.items())
                    + "".join(f" · {n} {st.replace('_', ' ')}" for st, n in sorted(other.items())))
-        strip.append({"uri": images.jpeg_data_uri(images.draw_boxes(arr, boxes, scale)), "caption": caption})
+        strip.append({"uri": jpeg_data_uri(draw_boxes(arr, boxes, scale)), "caption": caption})
     return strip
 
 
 @functools.lru_cache(maxsize=8)
 def _case_dirs_by_id(dataset: Path) -> dict[str, Path]:
     """Every case folder of a dataset by id, found once per report (the authors' layout needs a walk)."""
-    from worldeval.errors import CaseError
-    from worldeval.opis.case import iter_case_dirs
-
     try:
         return {d.name: d for d in iter_case_dirs(dataset)}
     except CaseError:
@@ -249,8 +227,6 @@ def _case_dirs_by_id(dataset: Path) -> dict[str, Path]:
 
 def _case_in(dataset: Path, case_id: str) -> Path | None:
     """The case folder of `case_id` in a dataset of ours (`<case_id>/`) or the authors' (`final/<sub>/<case_id>/`)."""
-    from worldeval.opis.case import is_case_dir
-
     if is_case_dir(dataset / case_id):
         return dataset / case_id
     return _case_dirs_by_id(dataset).get(case_id)
@@ -284,8 +260,6 @@ def _read_runs_archive(runs: list[OpisRun], notes: list[str]) -> list[pd.DataFra
 
     Kept per run so each (model, case) can be traced back to the folder that measured it.
     """
-    from worldeval.opis.archive import read_archive
-
     out = []
     for r in runs:
         if not r.archive_files:
@@ -323,7 +297,7 @@ def build_opis(runs: list[OpisRun], *, score_fn: ScoreFn | None, bootstrap: int,
     temporal_rows, temporal_pm = _diag_rows(strict, models, "temporal", INTERVALS)
     figs = _figures(models, domains, deltas, density_pm, temporal_pm, errors)
 
-    taus = (_num(_lookup(config, "tau_I", "tau_i")) or TAU_I, _num(_lookup(config, "tau_S", "tau_s")) or TAU_S)
+    taus = (_num(config.get("tau_I")) or TAU_I, _num(config.get("tau_S")) or TAU_S)  # `ScoreConfig.to_dict`
     views = _CaseViews.collect(runs, strict, models, notes, taus, frames_per_case, thumb_side)
     all_cases = sorted({c for _, c in views.pairs})
     shown = all_cases[:max_cases] if max_cases >= 0 else all_cases

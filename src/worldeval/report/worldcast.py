@@ -13,12 +13,15 @@ import json
 from pathlib import Path
 from typing import Callable
 
+from worldeval.media import read_image
 from worldeval.report import images, plots
 from worldeval.report.loaders import num as _num, WorldCastRun, resolve_path
 from worldeval.report.opis import slug
+from worldeval.thumbnails import downscale, jpeg_data_uri
 
 from worldeval.worldcast.judging.metrics import CASE_METRICS as METRICS, METRICS as _SPECS
-from worldeval.worldcast.inputs.cases import CATEGORY_SHORT
+from worldeval.worldcast.inputs.cases import CATEGORY_SHORT, load_cases
+from worldeval.worldcast.scoring import scores as scoring
 
 METRIC_MAX = {k: _SPECS[k].top for k in METRICS}
 IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".webp")
@@ -27,8 +30,6 @@ WcScoreFn = Callable[[list[Path]], dict]
 
 
 def default_score_fn(paths: list[Path], bootstrap: int, seed: int) -> dict:
-    from worldeval.worldcast.scoring import scores as scoring
-
     return scoring.score_runs([str(p) for p in paths], bootstrap=bootstrap, seed=seed)
 
 
@@ -91,8 +92,6 @@ def collect_cases(run: WorldCastRun) -> dict[tuple[str, str], dict]:
 
 def _dataset_cases(run: WorldCastRun, notes: list[str]) -> dict:
     """The run's WorldCast cases by id (instruction and input images), when its dataset is reachable."""
-    from worldeval.worldcast.inputs.cases import load_cases
-
     man = run.manifest or {}
     cfg = man.get("config") if isinstance(man.get("config"), dict) else {}
     ds = resolve_path(cfg.get("dataset") or man.get("dataset"), [run.root, run.root.parent, Path.cwd()])
@@ -194,16 +193,14 @@ def keyframe_trace(states_dir: Path, notes: list[str]) -> dict | None:
 
 
 def _thumb(path: Path | None, side: int, notes: list[str]) -> str | None:
-    from worldeval.media import read_image
-
     if path is None:
         return None
     try:
-        img, _ = images.downscale(read_image(path), side)
+        img, _ = downscale(read_image(path), side)
     except ValueError as exc:
         notes.append(str(exc))
         return None
-    return images.jpeg_data_uri(img)
+    return jpeg_data_uri(img)
 
 
 def _model_block(run: WorldCastRun, e: dict, cid: str, thumb_side: int, overall: dict | None,
@@ -334,11 +331,11 @@ def build_worldcast(runs: list[WorldCastRun], *, score_fn: WcScoreFn | None, max
             continue
         entries = sorted((v for (m, c), v in all_cases.items() if c == cid),
                          key=lambda v: (order.get(v[1]["model"], 1e9), v[1]["model"]))
-        case = datasets.get(cid)
+        case = datasets.get(cid)  # None: the run's dataset could not be read
         sec = {"case_id": cid, "anchor": slug("wc-case", cid), "category": None, "level": None,
-               "instruction": getattr(case, "instruction", None), "inputs": [], "models": []}
+               "instruction": case.instruction if case is not None else None, "inputs": [], "models": []}
         inotes: list[str] = []
-        for img in getattr(case, "images", []) or []:
+        for img in case.images if case is not None else []:
             uri = _thumb(Path(img.path), thumb_side, inotes)
             if uri:
                 sec["inputs"].append({"uri": uri, "caption": img.role})

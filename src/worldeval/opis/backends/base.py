@@ -4,8 +4,12 @@ A backend is a bundle of small pieces; each can be swapped alone (a new
 segmenter or embedder is one file implementing one of these protocols). Every
 piece of evidence the pipeline (`opis/perception/frame.py`) reads from a backend
 is a declared field or method here; optional evidence is declared as such
-(`Segmenter.evidence`, `Matcher.detects_keypoints`) and the checks that need
-it are listed per run in the manifest (`checks`), never skipped silently.
+(`Segmenter.evidence`, `Matcher.detects_keypoints`, `DenseFeatures.part_floor`)
+and the checks that need it are listed per run in the manifest (`checks`), never
+skipped silently. An optional ability is a protocol of its own (`MovingPartsSegmenter`,
+`LostOnlySegmenter`, `BatchSegmenter`, `AppearanceEmbedder`, `BatchEmbedder`,
+`BatchPoseEstimator`), which the pipeline asks for with `isinstance`, never by probing
+for an attribute.
 Scoring never imports this module: the measurement archive is the seam.
 """
 
@@ -115,6 +119,18 @@ class MovingPartsSegmenter(Segmenter, Protocol):
 
 
 @runtime_checkable
+class LostOnlySegmenter(Segmenter, Protocol):
+    """A segmenter that can leave out the instances the propagation stage already follows (classical search=lost)."""
+
+    searches_lost_only: bool  # whether it does so in this run
+
+    def observe(self, frame: np.ndarray, phrases: list[str], reference=None,
+                followed: set[int] | None = None) -> list[Observation]:
+        """`Segmenter.observe`, searching only for the instances not in `followed` (indices into the bank)."""
+        ...
+
+
+@runtime_checkable
 class BatchSegmenter(Segmenter, Protocol):
     """A segmenter that can take several frames at once (the hf SAM 3 segmenter)."""
 
@@ -137,12 +153,12 @@ class Embedder(Protocol):
 
 @runtime_checkable
 class AppearanceEmbedder(Embedder, Protocol):
-    def appearance(self, ref: np.ndarray, obs: np.ndarray) -> float:
+    def appearance(self, ref: np.ndarray, obs: np.ndarray, parts: float | None = None) -> float:
         """a_it (paper eq. 3) of a matched pair from their two descriptors, where it is not their cosine.
 
-        The cosine still serves association; identity asks this instead (perception/identity.py). An
-        embedder whose class sets `appearance_parts = True` also takes `parts=`, the dense part match of
-        the observation against I0's object (`propagation.part_match`), when the frame has one."""
+        The cosine still serves association; identity asks this instead (perception/identity.py).
+        `parts`: the dense part match of the observation against I0's object (`propagation.part_match`)
+        when the propagation stage ran, else None; an embedder may ignore it."""
         ...
 
 
@@ -159,6 +175,9 @@ class DenseFeatures(Protocol):
 
     name: str
     versions: dict[str, str]
+    # the part match (`propagation.part_match`) a search find needs where propagation lost its
+    # instance, calibrated to these features; None: no such floor (association does not ask it)
+    part_floor: float | None
 
     def dense(self, image: np.ndarray) -> np.ndarray:
         """h x w x C float32 unit vectors on a regular grid over the image (same grid for same-size images)."""
@@ -211,6 +230,15 @@ class PoseEstimator(Protocol):
         self, image: np.ndarray, box: tuple[float, float, float, float], category: str | None = None
     ) -> Keypoints | None:
         """Keypoints of the object of `category` inside `box` (None: none confident enough)."""
+        ...
+
+
+@runtime_checkable
+class BatchPoseEstimator(PoseEstimator, Protocol):
+    """A pose estimator that takes several boxes of one image at once (the hf ViTPose estimator)."""
+
+    def keypoints_many(self, image: np.ndarray, boxes: list, categories: list) -> list[Keypoints | None]:
+        """`keypoints` of each (box, category), in order; the same answers as one box at a time."""
         ...
 
 

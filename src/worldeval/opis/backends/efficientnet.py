@@ -169,8 +169,6 @@ class EfficientNetColourEmbedder:
 
     name = "efficientnet-lite0+lab"
 
-    appearance_parts = True  # identity may pass the dense part match (`appearance(..., parts=)`)
-
     def __init__(self, cnn_weight: float = CNN_WEIGHT, threads: int | None = 1,
                  cnn_calibration: tuple[float, float] = CNN_CALIBRATION, colour_calibration: tuple[float, float] = COLOUR_CALIBRATION,
                  parts_calibration: tuple[float, float] = PARTS_CALIBRATION):

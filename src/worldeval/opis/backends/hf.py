@@ -22,6 +22,10 @@ from worldeval.opis.backends.base import Backend
 from worldeval.opis.backends.hf_common import (  # noqa: F401 (names the model modules and users import from here)
     MODEL_OPTIONS, HFBackendError, default_models_dir, load_config, load_model, model_version, models_in, torch_device, torch_dtype,
 )
+from worldeval.opis.backends.hf_embed import DinoDenseFeatures, DinoEmbedder
+from worldeval.opis.backends.hf_geometry import HFDepthEstimator, HFMatcher
+from worldeval.opis.backends.hf_pose import VitPoseEstimator
+from worldeval.opis.backends.hf_segment import Sam2Segmenter, Sam3Segmenter
 
 
 
@@ -73,8 +77,6 @@ def fill_from_models_dir(given: dict[str, str | None], models_dir: str | None) -
 def build_hf_depth(device: str = "cpu", depth: str | None = None, models_dir: str | None = None,
                    local_files_only: bool = True, dtype: str | None = None, depth_size: int | None = None):
     """The hf depth estimator alone (annotation's `--depth model`): `depth`, else the models folder's."""
-    from worldeval.opis.backends.hf_geometry import HFDepthEstimator
-
     found = fill_from_models_dir({"depth": depth}, models_dir)
     if not found["depth"]:
         raise HFBackendError("depth", None, f"no depth model: give one, or fetch it into {found['_dir']} (`worldeval models fetch`)")
@@ -92,8 +94,6 @@ SEGMENTER_OPTIONS = {
 
 
 def _segmenter(sam3, sam2, dev, dt, lfo, options: dict, where: str = ""):
-    from worldeval.opis.backends.hf_segment import Sam2Segmenter, Sam3Segmenter
-
     kind, cls = ("sam3", Sam3Segmenter) if sam3 else ("sam2", Sam2Segmenter) if sam2 else (None, None)
     if kind is None:
         raise HFBackendError("sam3", None, "the hf backend needs a segmenter: give sam3 (or sam2) as a model id or folder" + where)
@@ -140,9 +140,6 @@ def build_hf_backend(
     import torch
     import transformers
 
-    from worldeval.opis.backends.hf_embed import DinoDenseFeatures, DinoEmbedder
-    from worldeval.opis.backends.hf_geometry import HFDepthEstimator, HFMatcher
-    from worldeval.opis.backends.hf_pose import VitPoseEstimator
     unknown = sorted(set(options) - set(OPTION_TYPES))
     if unknown:
         known = sorted(OPTION_TYPES) + list(MODEL_OPTIONS)

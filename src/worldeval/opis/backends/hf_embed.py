@@ -201,6 +201,8 @@ class DinoDenseFeatures:
     """
 
     name = "dino-patch-tokens"
+    # no part match calibrated to DINO tokens: the lost-object gate does not run (docs/backends.md)
+    part_floor = None
 
     def __init__(self, embedder: DinoEmbedder, side: int = 640):
         self.embedder = embedder

@@ -11,7 +11,7 @@ import numpy as np
 
 from worldeval.opis.backends.base import Observation
 from worldeval.opis.backends.hf_common import load_model, model_version
-from worldeval.opis.backends.hf_common import TensorPrep
+from worldeval.opis.backends.hf_common import HFBackendError, TensorPrep
 
 
 def _square_size(value) -> tuple[int, int]:
@@ -102,8 +102,6 @@ class Sam3Segmenter:
         batch_size: int = 1,
     ):
         from transformers import AutoTokenizer, Sam3Model
-
-        from worldeval.opis.backends.hf_common import HFBackendError
 
         self.device, self.dtype = device, dtype
         self.model = load_model("sam3", Sam3Model, model_name, device, dtype, local_files_only)
@@ -211,24 +209,14 @@ class Sam3Segmenter:
 
 
 def reference_boxes(reference, frame_shape: tuple[int, int]) -> list[tuple[float, float, float, float]]:
-    """Boxes (x, y, w, h) of the reference instances, rescaled to the frame size.
-
-    Accepts a Case (instances with bbox, `.shape`) or any object with a `boxes`
-    list/dict and an optional `shape` (H, W) of the input image.
-    """
+    """Boxes (x, y, w, h) of the instances of `reference` (the case's ReferenceBank: `boxes` in I0's
+    pixels, `shape` I0's (H, W)), rescaled to the frame's size."""
     if reference is None:
         return []
-    boxes: list = []
-    if hasattr(reference, "boxes"):
-        b = reference.boxes
-        boxes = list(b.values()) if isinstance(b, dict) else list(b)
-    elif hasattr(reference, "instances"):
-        boxes = [inst.bbox for inst in reference.instances if getattr(inst, "bbox", None) is not None]
-    shape = getattr(reference, "shape", None)
-    H, W = frame_shape
-    sy, sx = (H / shape[0], W / shape[1]) if shape is not None and len(shape) >= 2 else (1.0, 1.0)
+    (H, W), (H0, W0) = frame_shape, reference.shape
+    sy, sx = H / H0, W / W0
     out = []
-    for b in boxes:
+    for b in reference.boxes:
         x, y, w, h = (float(v) for v in b[:4])
         if w > 0 and h > 0:
             out.append((x * sx, y * sy, w * sx, h * sy))

@@ -20,6 +20,7 @@ import threading
 import numpy as np
 
 from worldeval.opis.backends.base import Keypoints
+from worldeval.opis.backends.hf_pose import category_kind
 
 # Body segments between BlazePose landmarks (11-12 shoulders, 13-14 elbows, 15-16 wrists,
 # 23-24 hips, 25-26 knees, 27-28 ankles). Face and finger landmarks are left out: their
@@ -49,8 +50,6 @@ class MediaPipePose:
         self._lock = threading.Lock()
 
     def supports(self, category: str) -> bool:
-        from worldeval.opis.backends.hf_pose import category_kind
-
         return category_kind(category) == "person"
 
     def _pose(self):

@@ -28,8 +28,6 @@ user can tell it from measured depth.
 
 from __future__ import annotations
 
-from worldeval.errors import CaseError, InputError
-
 import hashlib
 import json
 import math
@@ -40,15 +38,14 @@ from typing import Any
 
 import numpy as np
 
+from worldeval.errors import CaseError, InputError
 from worldeval.geometry import box_iou, mask_bbox, mask_iou
+from worldeval.judge import JudgeClient, JudgeImage
+from worldeval.opis.backends.hf import build_hf_depth, build_hf_segmenter
 from worldeval.opis.case import (
-    DEFAULT_FPS,
-    CameraKeyframe,
-    CameraTask,
-    Geometry,
-    default_intrinsics,
-    write_case,
+    DEFAULT_FPS, CameraKeyframe, CameraTask, Geometry, default_intrinsics, load_case, write_case,
 )
+from worldeval.opis.evaluate import load_backend
 from worldeval.opis.labels import KINEMATICS, LIVING_WORDS, TRACKS, phrase_labels  # noqa: F401  (annotate's inference reads them)
 
 SEGMENTERS = ("grabcut", "hf")
@@ -369,10 +366,6 @@ class HFPromptSegmenter:
 
     def __init__(self, device: str = "cpu", options: dict | None = None):
         try:
-            from worldeval.opis.backends.hf import build_hf_segmenter
-        except ImportError as exc:
-            raise AnnotateError("--backend", "hf", f"the hf backend is not available: {exc}") from exc
-        try:
             self.segmenter = build_hf_segmenter(device=device, **(options or {}))
         except Exception as exc:
             raise AnnotateError("--backend", "hf", f"cannot load the hf segmenter: {exc}") from exc
@@ -397,8 +390,6 @@ def propose_phrases(image: np.ndarray, judge_config: Any, max_objects: int = 20)
     Background stuff (sky, floor, wall) and parts of other objects are asked to
     be left out; the answer is validated and boxes are clipped to the image.
     """
-    from worldeval.judge import JudgeClient, JudgeImage
-
     H, W = image.shape[:2]
     prompt = (
         f"List the distinct physical objects in this {W}x{H} image that a video should keep unchanged. "
@@ -539,12 +530,8 @@ def model_geometry(image: np.ndarray, device: str = "cpu", options: dict | None 
     for name in ("hf", "classical"):
         try:
             if name == "hf":
-                from worldeval.opis.backends.hf import build_hf_depth
-
                 est = build_hf_depth(device=device, **_depth_options(options))
             else:
-                from worldeval.opis.evaluate import load_backend
-
                 est = load_backend(name, device=device).depth
         except Exception as exc:  # noqa: BLE001 - the next source is tried; the reason is kept
             reasons.append(f"{name}: {exc}")
@@ -766,8 +753,6 @@ def reference_embeddings(image: np.ndarray, masks: list[np.ndarray], device: str
     """Appearance descriptors of the instances with `embedder`, by default the evaluator's classical one
     (None when unavailable)."""
     try:
-        from worldeval.opis.evaluate import load_backend
-
         if embedder is None:
             embedder = load_backend("classical", device=device).embedder
         boxes = [tuple(mask_bbox(m)) for m in masks]
@@ -812,8 +797,6 @@ def preview_image(image: np.ndarray, masks: list[np.ndarray], labels: list[str])
 def write_preview(case_dir: str | Path, name: str = "preview.png") -> Path:
     """`case_dir/preview.png`: I0 with every instance outlined and labelled "id category", to check the masks by eye."""
     from PIL import Image
-
-    from worldeval.opis.case import load_case
 
     case_dir = Path(case_dir)
     case = load_case(case_dir, with_geometry=False)

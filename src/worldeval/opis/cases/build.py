@@ -32,13 +32,19 @@ from typing import Any, Callable
 import numpy as np
 
 from worldeval.geometry import mask_bbox
+from worldeval.judge.client import JudgeClient
+from worldeval.media import read_image
+from worldeval.opis.backends.base import Backend
+from worldeval.opis.backends.registry import BackendNotFound, resolve
 from worldeval.opis.cases.buildlog import LOG_NAME, BuildError, image_states, write_dataset_json
 from worldeval.opis.cases.annotate import AnnotateError, AnnotateSpec, ObjectPrompt, assemble_case, estimated_geometry, \
     remove_duplicates, resize_max_side
 from worldeval.opis.cases.phrases import clean_phrases, concept_map, normalize
+from worldeval.opis.cases.review import write_review_page
 from worldeval.opis.cases.segment import concept_rounds, grabcut_from_boxes
-from worldeval.opis.cases.vlm import BuildStepError, propose_task, screen_image, vlm_clean
+from worldeval.opis.cases.vlm import BOX_FORMATS, BuildStepError, propose_task, screen_image, vlm_clean
 from worldeval.opis.case import DEFAULT_FPS, Geometry
+from worldeval.opis.evaluate import load_backend
 from worldeval.opis.labels import KINEMATICS, TRACKS
 from worldeval.runs import append_jsonl, read_jsonl
 
@@ -69,8 +75,6 @@ class BuildConfig:
 
     def check(self) -> "BuildConfig":
         if self.backend != "classical":
-            from worldeval.opis.backends.registry import BackendNotFound, resolve
-
             try:
                 resolve(self.backend)
             except BackendNotFound as exc:
@@ -81,7 +85,6 @@ class BuildConfig:
                     raise BuildError(name, concept, f"{label!r} is not one of {allowed}")
         self.kinematics = {normalize(k): v for k, v in self.kinematics.items()}
         self.track = {normalize(k): v for k, v in self.track.items()}
-        from worldeval.opis.cases.vlm import BOX_FORMATS
 
         if self.box_format not in BOX_FORMATS:
             raise BuildError("--box-format", "box_format", f"{self.box_format!r}: choose from {sorted(BOX_FORMATS)}")
@@ -235,7 +238,7 @@ def _segment(image: np.ndarray, prompts: list[ObjectPrompt], concepts: list[str]
     return cands, []
 
 
-def _task(client: Any, image: np.ndarray, cands: list, cfg: BuildConfig, log: _Log) -> dict:
+def _task(client: JudgeClient, image: np.ndarray, cands: list, cfg: BuildConfig, log: _Log) -> dict:
     kept, _ = remove_duplicates([m for _, m, _ in cands], cfg.dedup_iou)
     inventory = [{"id": f"obj_{n + 1:03d}", "category": cands[i][0].phrase, "bbox": mask_bbox(cands[i][1])}
                  for n, i in enumerate(kept)]
@@ -244,9 +247,9 @@ def _task(client: Any, image: np.ndarray, cands: list, cfg: BuildConfig, log: _L
     return task
 
 
-def _geometry(image: np.ndarray, cfg: BuildConfig, backend: Any) -> tuple[Geometry, str] | None:
+def _geometry(image: np.ndarray, cfg: BuildConfig, backend: Backend | None) -> tuple[Geometry, str] | None:
     """Depth from the backend's already loaded depth model (None: assemble_case's own chain, else flat)."""
-    est = getattr(backend, "depth", None) if cfg.depth == "model" else None
+    est = backend.depth if backend is not None and cfg.depth == "model" else None
     if est is None:
         return None
     geometry, source = estimated_geometry(est, image)
@@ -254,8 +257,6 @@ def _geometry(image: np.ndarray, cfg: BuildConfig, backend: Any) -> tuple[Geomet
 
 
 def _read(src: SourceImage, cfg: BuildConfig) -> tuple[np.ndarray, float]:
-    from worldeval.media import read_image
-
     try:
         image = read_image(src.path)
     except ValueError as exc:
@@ -263,7 +264,7 @@ def _read(src: SourceImage, cfg: BuildConfig) -> tuple[np.ndarray, float]:
     return resize_max_side(np.ascontiguousarray(image[..., :3]), cfg.max_side)
 
 
-def build_one(src: SourceImage, out: Path, cfg: BuildConfig, client: Any, backend: Any = None,
+def build_one(src: SourceImage, out: Path, cfg: BuildConfig, client: JudgeClient, backend: Backend | None = None,
               embedder: Any = None) -> str:
     """Build one case; returns its status (accepted | rejected). Failures raise BuildStepError/AnnotateError."""
     log = _Log(out, src.id)
@@ -299,7 +300,7 @@ def build_one(src: SourceImage, out: Path, cfg: BuildConfig, client: Any, backen
                         instruction=task["instruction"], camera=task["camera"], camera_amount=task["amount"],
                         duration_s=cfg.duration_s, fps=cfg.fps, segmenter="grabcut" if backend is None else cfg.backend,
                         dedup_iou=cfg.dedup_iou, seed=cfg.seed, depth=cfg.depth if geometry is None else None)
-    annotation = {"tool": "worldeval opis build", "phrases_from": f"vlm:{getattr(client.config, 'model', '?')}"
+    annotation = {"tool": "worldeval opis build", "phrases_from": f"vlm:{client.config.model}"
                   + (" (source vocabulary)" if vocab else ""), "scale": round(scale, 6),
                   "concepts": concepts, "source_image": src.path.name}
     case_json = assemble_case(image, spec, cands, out / src.id, annotation, failures, device=cfg.device,
@@ -310,8 +311,6 @@ def build_one(src: SourceImage, out: Path, cfg: BuildConfig, client: Any, backen
                            for i in written["instances"]],
         dropped_duplicates=ann["dropped_duplicates"], failed_prompts=ann["failed_prompts"], geometry=ann["geometry"])
     if cfg.review:
-        from worldeval.opis.cases.review import write_review_page
-
         write_review_page(out, src.id, decisions=records)
     log("done", status="accepted", reason="")
     return "accepted"
@@ -322,12 +321,11 @@ def _reject(log: _Log, reason: str) -> str:
     return "rejected"
 
 
-def make_backend(cfg: BuildConfig) -> Any:
+def make_backend(cfg: BuildConfig) -> Backend | None:
     """The backend whose segmenter answers the concept queries (hf: SAM 3, from --backend-option model
     folders; or any backend the registry resolves); None for classical, which has no concept segmenter."""
     if cfg.backend == "classical":
         return None
-    from worldeval.opis.evaluate import load_backend
 
     try:
         return load_backend(cfg.backend, device=cfg.device, **cfg.backend_options)
@@ -335,13 +333,11 @@ def make_backend(cfg: BuildConfig) -> Any:
         raise BuildError("--backend-option", cfg.backend, f"cannot load the {cfg.backend} backend: {exc}") from exc
 
 
-def make_embedder(cfg: BuildConfig, backend: Any) -> Any:
+def make_embedder(cfg: BuildConfig, backend: Backend | None) -> Any:
     """The evaluator's embedder, loaded once per run (the hf backend's DINO, else the classical one)."""
     if backend is not None:
         return backend.embedder
     try:
-        from worldeval.opis.evaluate import load_backend
-
         return load_backend("classical", device=cfg.device).embedder
     except Exception:
         return None  # the case is written without reference embeddings; the evaluator computes its own
@@ -354,14 +350,12 @@ def _finished(out: Path, state: dict | None, src: SourceImage) -> bool:
 
 def _review_missing(out: Path, src: SourceImage) -> None:
     """`--review` on an already built case: write its page from the logged phrase decisions."""
-    from worldeval.opis.cases.review import write_review_page
-
     if (out / src.id / "case.json").exists() and not (out / "review" / f"{src.id}.html").exists():
         phrases = [r for r in read_jsonl(out / LOG_NAME) if r.get("image") == src.id and r.get("step") == "phrases"]
         write_review_page(out, src.id, decisions=phrases[-1]["decisions"] if phrases else [])
 
 
-def build_dataset(inputs: str | Path, out: str | Path, cfg: BuildConfig, client: Any,
+def build_dataset(inputs: str | Path, out: str | Path, cfg: BuildConfig, client: JudgeClient,
                   progress: Callable[[str], None] | None = None, workers: int = 1) -> dict:
     """Run the pipeline over every image not already finished; returns a summary (in input order).
 
@@ -377,7 +371,7 @@ def build_dataset(inputs: str | Path, out: str | Path, cfg: BuildConfig, client:
     sources = discover_images(inputs)
     backend = make_backend(cfg)
     append_jsonl(out / LOG_NAME, {"step": "run", "images": len(sources), "config": cfg.public(), "workers": workers,
-                                  "vlm": client.config.public() if hasattr(client.config, "public") else {}})
+                                  "vlm": client.config.public()})
     states = image_states(out)
     todo = [src for src in sources if not _finished(out, states.get(src.id), src)]
     todo_ids = {src.id for src in todo}

@@ -18,14 +18,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from worldeval.media import MediaError, decode_frames
 from worldeval.opis.cases.build import LOG_NAME, BuildConfig, BuildError, build_dataset, case_id_for
+from worldeval.opis.run import VIDEO_SUFFIXES
 from worldeval.runs import append_jsonl, atomic_write_text
 
 
 def collect_videos(videos: str | Path) -> list[Path]:
     """A video file, a folder of videos, or a list file (one path per line, relative to it)."""
-    from worldeval.opis.run import VIDEO_SUFFIXES
-
     root = Path(videos)
     if root.is_dir():
         found = sorted(p for p in root.iterdir() if p.is_file() and p.suffix.lower() in VIDEO_SUFFIXES)
@@ -44,8 +44,6 @@ def collect_videos(videos: str | Path) -> list[Path]:
 def first_frames(videos: list[Path], out: Path) -> tuple[dict[str, Path], list[dict]]:
     """Write each video's frame 0 to `out/.build/first_frames/<id>.png`: {case id: video}, failures."""
     from PIL import Image
-
-    from worldeval.media import MediaError, decode_frames
 
     frames_dir = out / ".build" / "first_frames"
     frames_dir.mkdir(parents=True, exist_ok=True)

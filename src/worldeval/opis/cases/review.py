@@ -26,8 +26,8 @@ from worldeval.errors import CaseError
 from worldeval.opis.cases.buildlog import LOG_NAME, BuildError, write_dataset_json
 from worldeval.opis.case import load_case, read_json
 from worldeval.opis.labels import KINEMATICS, TRACKS
-from worldeval.report.images import downscale, jpeg_data_uri
 from worldeval.runs import append_jsonl, atomic_write_json, atomic_write_text
+from worldeval.thumbnails import downscale, jpeg_data_uri
 
 DECISIONS = ("accept", "reject", "edit")
 PALETTE = [(230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 130, 48), (145, 30, 180),

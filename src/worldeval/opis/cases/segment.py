@@ -237,7 +237,7 @@ def concept_rounds(segmenter: Any, image: np.ndarray, concepts: list[str], round
             if v >= dedup_iou:
                 dups.append({"concept": o.category, "duplicate_of": j, "iou": round(v, 4)})
                 continue
-            found.append((o.category, m, float(getattr(o, "score", 1.0)), r))
+            found.append((o.category, m, float(o.score), r))
             new += 1
         log.append({"round": r, "observations": len(obs), "new": new, "duplicates": dups})
         if new == 0:

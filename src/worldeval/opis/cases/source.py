@@ -36,11 +36,14 @@ from typing import Any
 
 from worldeval.errors import InputError
 from worldeval.generator import CallLedger, GenEndpoint, GenError, first_image
+from worldeval.judge import JudgeImage
 from worldeval.judge.parse import AnswerError
 from worldeval.opis.cases.phrases import clean_phrases
 from worldeval.runs import append_jsonl, atomic_write_bytes, atomic_write_json
 
-from worldeval.opis.cases.source_templates import PROMPT_VERSION, REVIEW_VERSION, review_prompt, scene_prompt
+from worldeval.opis.cases.source_templates import (
+    PROMPT_VERSION, REVIEW_VERSION, SUBCATEGORIES, review_prompt, scene_prompt,
+)
 
 OUT_SIZE = (1280, 720)
 FINAL = ("accepted", "rejected")
@@ -180,8 +183,6 @@ def _generate(out: Path, iid: str, prov: dict, endpoint: SourceEndpoint) -> Path
 
 
 def _review(folder: Path, prov: dict, client: Any, gate: Gate) -> tuple[str, list[str]]:
-    from worldeval.judge import JudgeImage
-
     image = JudgeImage((folder / "image.jpg").read_bytes(), "image/jpeg", "candidate")
     answer = client.ask_json([review_prompt(prov["candidates"]), image], validator=check_review,
                              prefer_key="quality", cache_extra={"contract": REVIEW_VERSION})
@@ -227,8 +228,6 @@ def source_one(out: Path, cfg: SourceConfig, index: int, endpoint: SourceEndpoin
 
 
 def run_source(out: str | Path, cfg: SourceConfig, endpoint: SourceEndpoint, client: Any) -> dict:
-    from worldeval.opis.cases.source_templates import SUBCATEGORIES
-
     if cfg.subcategory not in SUBCATEGORIES:
         raise SourceError("--subcategory", "subcategory",
                           f"{cfg.subcategory!r} has no template; known: {', '.join(sorted(SUBCATEGORIES))}")

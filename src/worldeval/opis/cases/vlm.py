@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from worldeval.errors import InputError
+from worldeval.judge import JudgeImage
 from worldeval.judge.parse import AnswerError
 from worldeval.opis.cases.annotate import CAMERA_PRESETS
 from worldeval.opis.labels import KINEMATICS
@@ -118,8 +119,6 @@ def _clip_box(box: list[float] | None, width: int, height: int) -> list[float] |
 
 def screen_image(client: Any, image: np.ndarray, min_objects: int, vocabulary: list[str] | None = None,
                  max_objects: int = 40, box_format: str = "xywh") -> Screening:
-    from worldeval.judge import JudgeImage
-
     H, W = image.shape[:2]
     prompt = screen_prompt(W, H, min_objects, vocabulary, max_objects, box_format)
     answer = client.ask_json([prompt, JudgeImage.from_array(image, label="candidate")], validator=_check_screen,
@@ -164,8 +163,6 @@ def _check_task(obj: dict) -> dict:
 
 def propose_task(client: Any, image: np.ndarray, inventory: list[dict], duration_s: float) -> dict:
     """{"camera", "amount", "instruction"} drafted by the VLM from the image and its inventory."""
-    from worldeval.judge import JudgeImage
-
     answer = client.ask_json([task_prompt(inventory, duration_s), JudgeImage.from_array(image, label="I0")],
                              validator=_check_task, prefer_key="camera", cache_extra={"contract": TASK_VERSION})
     if not answer.ok:
@@ -207,8 +204,6 @@ def _check_clean(concepts: list[str]):
 
 def vlm_clean(client: Any, image: np.ndarray, concepts: list[str]) -> tuple[list[str], dict[str, str | None], list[dict]]:
     """The VLM's pass over the rule-cleaned concepts: (kept concepts, concept -> final concept or None, decisions)."""
-    from worldeval.judge import JudgeImage
-
     answer = client.ask_json([clean_prompt(concepts), JudgeImage.from_array(image, label="I0")],
                              validator=_check_clean(concepts), prefer_key="drop",
                              cache_extra={"contract": CLEAN_VERSION})

@@ -30,11 +30,14 @@ from typing import Any, Callable
 import numpy as np
 
 from worldeval.geometry import mask_bbox, mask_iou
-from worldeval.opis.case import DEFAULT_FPS
+from worldeval.opis.archive import part_path
+from worldeval.opis.case import DEFAULT_FPS, decode_rle
 from worldeval.opis.checks import gtclips as G
+from worldeval.opis.checks.validate import forget_case
 from worldeval.opis.labels import Status, Visibility
+from worldeval.opis.run import run_eval
 from worldeval.opis.scoring import TAU_I, TAU_S
-from worldeval.runs import atomic_write_json, fingerprint_paths
+from worldeval.runs import atomic_write_json, atomic_write_text, fingerprint_paths
 
 DIMENSIONS = ("association", "visibility", "identity", "structure")
 PAPER = {"repeatability": 90.5, "association": 92.7, "visibility": 90.7, "identity": 86.0, "structure": 83.3}
@@ -93,8 +96,6 @@ def _clip_fingerprint(clip: G.GTClip, donor: G.GTClip | None, cfg: AuditConfig) 
 
 def prepare_clip(clip: G.GTClip, donor: G.GTClip | None, out: Path, cfg: AuditConfig) -> dict:
     """Case and variant rollouts of one clip (kept when its record matches); returns the record."""
-    from worldeval.opis.checks.validate import forget_case
-
     rec_path = out / "gt" / f"{clip.name}.json"
     fp = _clip_fingerprint(clip, donor, cfg)
     if rec_path.exists():
@@ -164,8 +165,6 @@ def prepare(gt: Path, out: Path, cfg: AuditConfig, log: Callable[[str], None] = 
 
 
 def evaluate_variants(out: Path, cfg: AuditConfig, log: Callable[[str], None] = print) -> dict[str, Path]:
-    from worldeval.opis.run import run_eval
-
     run_dirs = {}
     for variant in cfg.variants:
         folder = out / "rollouts" / variant
@@ -209,8 +208,6 @@ def _box_mask(box, H: int, W: int) -> np.ndarray:
 
 def _observed(obj: dict | None, H: int, W: int) -> tuple[np.ndarray | None, str]:
     """The matched observation's mask from the per-frame record (its box where no mask was kept)."""
-    from worldeval.opis.case import decode_rle
-
     if not obj or obj.get("status") != Status.MATCHED:
         return None, ""
     if obj.get("mask"):
@@ -256,8 +253,6 @@ def gt_visibility(shown: int, reference: int, share: float) -> str:
 def compare_clip(clip: G.GTClip, rec: dict, run_dirs: dict[str, Path], paste: G.Paste | None, cfg: AuditConfig) -> list[dict]:
     """One decision record per (variant, instance, sampled frame) of the clip."""
     import pandas as pd
-
-    from worldeval.opis.archive import part_path
 
     areas = _Areas(clip, round(cfg.window_s * clip.fps))
     out = []
@@ -368,7 +363,6 @@ CSV_FIELDS = ("clip", "variant", "instance_id", "frame", "track", "gt_area", "gt
 
 
 def write_csv(path: Path, decisions: list[dict]) -> Path:
-    from worldeval.runs import atomic_write_text
     import io
 
     buf = io.StringIO()

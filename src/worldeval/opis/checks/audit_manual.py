@@ -23,10 +23,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from worldeval.media import decode_frames
+from worldeval.opis.archive import load_opis_run, read_archives, read_frames_record
+from worldeval.opis.case import load_case
 from worldeval.opis.checks.audit import DIMENSIONS, JUDGMENTS, NULL, agreement, eval_association, judgment
 from worldeval.opis.labels import VISIBILITY, Status, StructureSource, Visibility
 from worldeval.opis.scoring import TAU_I, TAU_S
 from worldeval.runs import atomic_write_json, atomic_write_text
+from worldeval.thumbnails import downscale, draw_boxes, jpeg_data_uri
 
 CLAIM_LABELS = ("supported", "contradicted", "unknown")
 # The labelling page's buttons per dimension, [label, keyboard key] (association's candidate numbers,
@@ -68,8 +72,6 @@ def _label(x: float | None, tau: float) -> str | None:
 
 def decisions_of(run_dir: Path, tau_I: float = TAU_I, tau_S: float = TAU_S) -> list[Decision]:
     """Every object-frame decision of the run, per dimension (identity/structure only where measured)."""
-    from worldeval.report.loaders import load_opis_run, read_archives
-
     run = load_opis_run(run_dir)
     rows = read_archives(run.archive_files, run.notes)
     if rows.empty:
@@ -128,8 +130,6 @@ class _Media:
 
     def record(self, path: Path) -> dict:
         if path not in self.records:
-            from worldeval.report.loaders import read_frames_record
-
             notes: list[str] = []
             rec = read_frames_record(path, notes)
             if rec is None:
@@ -138,15 +138,11 @@ class _Media:
         return self.records[path]
 
     def case(self, case_dir: str):
-        from worldeval.opis.case import load_case
-
         if case_dir not in self.cases:
             self.cases[case_dir] = load_case(case_dir, with_geometry=False)
         return self.cases[case_dir]
 
     def prefetch(self, wanted: dict[str, set[int]]) -> None:
-        from worldeval.media import decode_frames
-
         for video, idx in wanted.items():
             got = decode_frames(video, indices=sorted(idx))
             for i, f in zip(got.indices, got.frames):
@@ -180,8 +176,6 @@ def _candidates(objects: list[dict], item_key: str) -> list[dict]:
 
 def build_item(d: Decision, k: int, media: _Media) -> tuple[dict, dict]:
     """(what the page shows, the evaluator's hidden decision) for one sampled decision."""
-    from worldeval.report.images import downscale, draw_boxes, jpeg_data_uri
-
     rec = media.record(d.record)
     case = media.case(rec["case_dir"])
     inst = next(i for i in case.instances if i.id == d.instance_id)
@@ -314,8 +308,6 @@ def claim_judgments(run_dir: Path, tau_S: float = TAU_S) -> tuple[dict[tuple, st
     claims structure value read as supported (>= tau_S) / contradicted, and `unknown` where the
     object was matched but the judge gave no confident verdict.
     """
-    from worldeval.report.loaders import load_opis_run, read_archives, read_frames_record
-
     run = load_opis_run(Path(run_dir))
     per_claim: dict[tuple, str] = {}
     for (model, case_id), path in run.frames.items():

@@ -29,6 +29,7 @@ import pandas as pd
 from worldeval.opis.archive import read_archive
 from worldeval.opis.labels import ARCHIVE_TRACKS, EXCLUDED, Visibility
 from worldeval.opis.scoring import TAU_I, TAU_S, ScoreConfig, score_runs
+from worldeval.runs import atomic_write_json, atomic_write_text
 
 STATES = ("matched", "missing", "unknown", "not_visible")
 PASS_FAIL = ("pass", "fail")
@@ -79,8 +80,6 @@ def compare_runs_detailed(run_a, run_b, *, model_a=None, model_b=None, variant="
 
 def write_outputs(out_dir: str | Path, result: dict, joined: pd.DataFrame) -> tuple[Path, Path]:
     """OUT/compare.json and OUT/decisions.csv (one line per joined object-frame)."""
-    from worldeval.runs import atomic_write_json, atomic_write_text
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     buf = io.StringIO()

@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from worldeval.opis.archive import read_archive
+from worldeval.opis.checks.validate_real import CLIP_TARGET
 from worldeval.opis.scoring import TAU_I
 
 NOT_MEASURED = "not measured"
@@ -186,9 +188,6 @@ def clip_figures(result: dict, presence_min: float = 80.0, agreement_min: float 
 
 def clip_identity_failures(result: dict, tau_i: float = TAU_I) -> Figure:
     """Real clips: frames where the recoloured object is matched with a < tau_I, and of those the ones eq. 3 fails."""
-    from worldeval.opis.archive import read_archive
-    from worldeval.opis.checks.validate_real import CLIP_TARGET
-
     name = "real: recoloured frames with a < tau_I fail eq. 3"
     run = (result.get("run_dirs") or {}).get("recoloured")
     if run is None or not result.get("clips"):

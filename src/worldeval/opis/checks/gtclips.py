@@ -33,7 +33,10 @@ from typing import Any, Iterator
 import numpy as np
 
 from worldeval.errors import InputError
-from worldeval.opis.case import DEFAULT_FPS
+from worldeval.media import write_video
+from worldeval.opis.case import DEFAULT_FPS, write_case
+from worldeval.opis.cases.annotate import camera_preset, default_instruction
+from worldeval.opis.checks.synth import recolour_object
 from worldeval.opis.labels import KINEMATICS, TRACKS
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
@@ -245,9 +248,6 @@ def load_clips(root: str | Path, fps: float = DEFAULT_FPS) -> tuple[list[GTClip]
 
 def build_case(clip: GTClip, case_dir: str | Path) -> Path:
     """The OPIS case of the clip's frame 0 (instances from the frame-0 mask); returns the case folder."""
-    from worldeval.opis.cases.annotate import camera_preset, default_instruction
-    from worldeval.opis.case import write_case
-
     image, masks0 = clip.image(0), clip.instance_masks(0)
     instances = []
     for v in clip.instance_values:
@@ -358,8 +358,6 @@ def inpaint_away(image: np.ndarray, hole: np.ndarray, keep: np.ndarray) -> np.nd
 
 def variant_frames(clip: GTClip, variant: str, paste: Paste | None = None, hue_turn_deg: float = 150.0) -> Iterator[np.ndarray]:
     """The frames of one variant; frame 0 is always the real I0 (the case's input image)."""
-    from worldeval.opis.checks.synth import recolour_object
-
     tv = target_value(clip)
     diag = float(np.hypot(*clip.size))
     for t in range(len(clip)):
@@ -401,6 +399,4 @@ def write_variant(clip: GTClip, variant: str, path: str | Path, fps: float | Non
                   crf: int = 0) -> Path:
     """The variant as an H.264 mp4. Lossless by default: the audit compares decisions with
     the ground-truth masks, so it measures the clip's own pixels rather than compression artefacts."""
-    from worldeval.media import write_video
-
     return write_video(path, variant_frames(clip, variant, paste), fps or clip.fps, crf=crf)

@@ -25,8 +25,11 @@ import numpy as np
 import pandas as pd
 
 from worldeval.errors import CaseError
-from worldeval.opis.case import iter_case_dirs, load_case
+from worldeval.opis.archive import read_archive
+from worldeval.opis.case import Geometry, iter_case_dirs, load_case
 from worldeval.opis.checks.synth import INTERVENTIONS, SYNTH_VERSION, SynthConfig, synthesize_case
+from worldeval.opis.run import run_eval
+from worldeval.opis.scoring import ScoreConfig, score_runs
 from worldeval.runs import atomic_write_json
 
 CHECKS = INTERVENTIONS
@@ -92,8 +95,6 @@ def with_plane_depth(dataset: Path, out: Path, log: Callable[[str], None] = prin
     Real rollouts are another matter: a real camera translates, and a flat depth would be false there.
     """
     import shutil
-
-    from worldeval.opis.case import Geometry
 
     out.mkdir(parents=True, exist_ok=True)
     for d in iter_case_dirs(dataset):
@@ -289,8 +290,6 @@ def evaluate_rollouts(dataset: Path, out: Path, records: dict[str, dict], cfg: V
     Each intervention gets its own run folder `out/runs/<intervention>` (a plain `opis eval` run),
     so a run's resume guard never sees two models. Returns {intervention: run folder}.
     """
-    from worldeval.opis.run import run_eval
-
     run_dirs = {}
     for name in cfg.checks:
         folder = out / "rollouts" / name
@@ -329,9 +328,6 @@ def assess(run_dirs: dict[str, Path] | Path, records: dict[str, dict], load_erro
 
     `run_dirs` maps each intervention to its run folder (or is one folder holding all of them).
     """
-    from worldeval.opis.archive import read_archive
-    from worldeval.opis.scoring import ScoreConfig, score_runs
-
     th = cfg.thresholds
     checks = cfg.checks
     if isinstance(run_dirs, (str, Path)):

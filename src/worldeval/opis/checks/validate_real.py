@@ -30,7 +30,17 @@ import cv2
 import numpy as np
 
 from worldeval.geometry import box_iou
-from worldeval.opis.checks.synth import int_box, dilate, find_free_spot
+from worldeval.media import sample_frame_indices, write_video
+from worldeval.opis.archive import read_archive
+from worldeval.opis.backends.classical import sift_canonical
+from worldeval.opis.case import write_case
+from worldeval.opis.checks import gtclips
+from worldeval.opis.checks.gtclips import write_variant
+from worldeval.opis.checks.synth import dilate, find_free_spot, in_view_share, int_box
+from worldeval.opis.checks.validate import forget_case
+from worldeval.opis.run import run_eval
+from worldeval.opis.scoring import ScoreConfig, score_runs
+from worldeval.runs import atomic_write_json
 
 CLIP_INTERVENTIONS = ("faithful", "removed", "recoloured", "pasted")
 CLIP_FPS = 24.0  # DAVIS frame rate (SOURCE.md)
@@ -70,8 +80,6 @@ def load_gt_clip(folder: str | Path, max_frames: int | None = None) -> GTClip:
     are `gtclips.load_clip`'s; the category comes from the folder's instances.json or `CLIP_OBJECTS`."""
     from dataclasses import replace
 
-    from worldeval.opis.checks import gtclips
-
     folder = Path(folder)
     mdir = next((folder / d for d in ("masks", "masks_union_davis2016") if (folder / d).is_dir()), folder / "masks")
     meta = folder / "instances.json"
@@ -91,8 +99,6 @@ def load_gt_clip(folder: str | Path, max_frames: int | None = None) -> GTClip:
 
 
 def write_clip_case(clip: GTClip, case_dir: Path) -> Path:
-    from worldeval.opis.case import write_case
-
     spec = {
         "id": clip.name,
         "domain": "real_world",
@@ -116,7 +122,6 @@ def background_homographies(clip: GTClip, max_side: int = 640) -> list[np.ndarra
     def feats(k):
         g = cv2.cvtColor(cv2.resize(clip.frames[k], None, fx=s, fy=s, interpolation=cv2.INTER_AREA), cv2.COLOR_RGB2GRAY)
         bg = (~dilate(cv2.resize(clip.masks[k].astype(np.uint8), (g.shape[1], g.shape[0])) > 0, 8)).astype(np.uint8)
-        from worldeval.opis.backends.classical import sift_canonical
 
         return sift_canonical(*sift.detectAndCompute(g, bg * 255))
 
@@ -167,8 +172,6 @@ def paste_place(clip: GTClip, pm: np.ndarray, Hs: list | None = None) -> dict | 
     """Where in frame 0 the pasted object goes: clear of the object (by 10% of the frame diagonal) and of the
     frame's outer 8%, as far from the object as fits (find_free_spot's rule), among the pixels the view
     keeps longest (a panning camera keeps none all along: the bar is lowered one sampled frame at a time)."""
-    from worldeval.media import sample_frame_indices
-
     H, W = clip.frames[0].shape[:2]
     canvas = np.zeros((H, W), bool)
     canvas[: pm.shape[0], : pm.shape[1]] = pm
@@ -213,10 +216,6 @@ def pasted_frames(clip: GTClip, obj: np.ndarray, mask: np.ndarray, Hs: list):
 
 def synthesize_clip(clip: GTClip, other: GTClip | None, out: Path) -> dict:
     """Write the case and the four rollouts of one clip; return the per-frame ground-truth record."""
-    from worldeval.media import write_video
-
-    from worldeval.opis.checks.gtclips import write_variant
-
     write_clip_case(clip, out / "cases" / clip.name)
     rec: dict[str, Any] = {"case_id": clip.name, "num_frames": len(clip.frames), "fps": clip.fps, "videos": {}, "skipped": {}}
     # gtclips' variants (lossless, so a rerun measures the same pixels): the real clip, the target
@@ -235,9 +234,6 @@ def synthesize_clip(clip: GTClip, other: GTClip | None, out: Path) -> dict:
 
 
 def _synthesize_paste(clip: GTClip, other: GTClip | None, out: Path):
-    from worldeval.media import write_video
-    from worldeval.opis.checks.synth import in_view_share
-
     if other is None:
         return "no other clip to paste an object from"
     patch, pm = paste_source(other, clip.frames[0].shape[:2])
@@ -375,9 +371,6 @@ def synthesize_clips(folders: list[Path], out: Path, force: bool = False, log=pr
     """
     import json
 
-    from worldeval.opis.checks.validate import forget_case
-    from worldeval.runs import atomic_write_json
-
     records: dict[str, dict] = {}
     for k, folder in enumerate(folders):
         name = Path(folder).name
@@ -407,9 +400,6 @@ def synthesize_clips(folders: list[Path], out: Path, force: bool = False, log=pr
 def assess_clips(run_dirs: dict[str, Path], records: dict[str, dict], th: ClipThresholds | None = None) -> dict:
     """Per clip and intervention: measurements from the archive and per-frame records, P, the verdict."""
     import json
-
-    from worldeval.opis.archive import read_archive
-    from worldeval.opis.scoring import ScoreConfig, score_runs
 
     th = th or ClipThresholds()
     paths = sorted({str(p) for p in run_dirs.values() if Path(p).exists()})
@@ -452,9 +442,6 @@ def pass_rates(results: dict, checks, required: float = 0.90) -> dict:
 def run_validate_clips(folders: list[str | Path], out: str | Path, backend: str = "classical", workers: int = 1,
                        force: bool = False, log=print, max_frames: int | None = None) -> dict:
     """Synthesise, evaluate and assess the real clips; writes `out/validate_clips.json`."""
-    from worldeval.opis.run import run_eval
-    from worldeval.runs import atomic_write_json
-
     out = Path(out)
     records = synthesize_clips([Path(f) for f in folders], out, force=force, log=log, max_frames=max_frames)
     run_dirs = {}

@@ -31,7 +31,8 @@ import numpy as np
 
 from worldeval.errors import CaseError
 from worldeval.geometry import mask_bbox
-from worldeval.opis.case import CaseSpec
+from worldeval.opis.casespec import CaseSpec, encode_rle
+from worldeval.runs import atomic_write_json
 
 SCENE_FILE = "reference_scene.json"
 LEGACY_SCENE_FILE = "artifacts/reference_scene.json"
@@ -383,9 +384,6 @@ def write_our_case(oc: OfficialCase, case_dir: Path) -> Path:
     pixels), masks as COCO RLE, everything else in case.json; raw.jpg kept beside a processed I0."""
     import shutil
 
-    from worldeval.opis.case import encode_rle
-    from worldeval.runs import atomic_write_json
-
     case_dir.mkdir(parents=True, exist_ok=True)
     image_name = "input" + oc.image_path.suffix.lower()
     shutil.copyfile(oc.image_path, case_dir / image_name)
@@ -404,8 +402,6 @@ def write_our_case(oc: OfficialCase, case_dir: Path) -> Path:
 def import_official(src: Path, out: Path) -> dict:
     """Every case of the authors' layout under `src` -> our layout under `out`; per case what was kept,
     converted and dropped; a case that cannot be read is recorded (file, field, message) and skipped."""
-    from worldeval.runs import atomic_write_json
-
     folders = find_official_cases(Path(src))
     if not folders:
         raise CaseError(src, "dataset", "holds no case of the OPIS authors' layout (raw.jpg + reference_scene.json)")

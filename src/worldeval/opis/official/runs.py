@@ -45,6 +45,8 @@ from worldeval.opis.archive import (
 )  # fmt: skip
 from worldeval.opis.case import Case, iter_case_dirs, load_case
 from worldeval.opis.labels import StructureSource, Track, Visibility
+from worldeval.opis.scoring import OFFICIAL, ScoreConfig, score_runs
+from worldeval.runs import atomic_write_json
 
 KIND = "opis-import-run"
 CONTRACT = "3.11-strict-frame-presence-provisional"
@@ -470,8 +472,6 @@ def import_runs(root: str | Path, dataset: str | Path, out: str | Path) -> dict:
     A ROOT without runs or an unreadable dataset raises InputError; a scene that cannot be imported is
     recorded under "failed" (file, field, message) and the others go on.
     """
-    from worldeval.runs import atomic_write_json
-
     root, out = Path(root), Path(out)
     scenes = find_scene_dirs(root)
     index = CaseIndex(Path(dataset))
@@ -501,9 +501,6 @@ def rescore(out: str | Path) -> dict:
     """Their aggregation recomputed from the imported archive, case by case beside the headline their
     evaluator wrote (`official_summaries.json`): the check that the import lost nothing their score reads.
     Writes `official_rescore.json`; `max_abs_diff` is over the cases with a headline of theirs."""
-    from worldeval.opis.scoring import OFFICIAL, ScoreConfig, score_runs
-    from worldeval.runs import atomic_write_json
-
     out = Path(out)
     theirs = json.loads((out / "official_summaries.json").read_text(encoding="utf-8"))
     result = score_runs(out, ScoreConfig(variant=OFFICIAL, bootstrap=0))

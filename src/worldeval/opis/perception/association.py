@@ -28,6 +28,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from worldeval.geometry import box_iou
+from worldeval.opis.perception.config import AssociationConfig
+
+# the evaluator's settings are the defaults of a bare `associate` call (tests, notebooks)
+DEFAULTS = AssociationConfig()
 
 W_EMBED, W_ATTR, W_CAT = 0.6, 0.15, 0.25
 # with a likeness matrix the colour-sensitive embedding counts less than the structure evidence
@@ -207,12 +211,12 @@ def associate(
     gates: np.ndarray | None,
     obs_boxes: list,
     *,
-    threshold: float = 0.35,
-    margin: float = 0.05,
-    min_appearance: float = 0.2,
+    threshold: float = DEFAULTS.threshold,
+    margin: float = DEFAULTS.ambiguity_margin,
+    min_appearance: float = DEFAULTS.min_likeness,
     distinct_iou: float = 0.3,
     provenance: np.ndarray | None = None,
-    foreign_min_appearance: float = 0.5,
+    foreign_min_appearance: float = DEFAULTS.foreign_min_appearance,
     instance_min_appearance: list[float] | None = None,
     structure: np.ndarray | None = None,
     keypoints: np.ndarray | None = None,

@@ -10,7 +10,7 @@ Two routes:
   phrase (route `open` with a category, e.g. the hf backend's SAM 3 segments) count
   whatever they look like; finds of a search for an instance (and phrase-less
   segments) must look like an object (resemble an inventory object at least
-  `extra_min_similarity`, and nearly as much as that object's own match when it
+  `extras.min_similarity`, and nearly as much as that object's own match when it
   has one: a second copy), or be a strong find, and in every case show that
   object's grey-level structure or keypoints (likeness >= `min_likeness`);
 * new content (`changes.py`): compact regions where the frame differs from I0
@@ -25,6 +25,8 @@ import numpy as np
 from worldeval.geometry import MaskStats, box_iou, same_place
 from worldeval.opis.backends.base import ROUTE_OPEN, ROUTE_PROJECTION, ROUTE_PROPAGATED, ROUTE_TEMPLATE
 from worldeval.opis.perception import projection as P
+from worldeval.opis.perception.changes import change_candidates
+from worldeval.opis.perception.likeness import structure_similarity
 
 UNACCOUNTED = (P.OCCLUDED, P.OUT_OF_VIEW, P.UNKNOWN, P.TOO_SMALL)  # reference states an unmatched find may be
 WHOLE = 0.85  # completeness a strong find needs to count as a copy on its own
@@ -36,9 +38,9 @@ def strong_find(o, config, box=None) -> bool:
     instance's I0 box, under `small_side` px on average): a 28 x 34 px candle correlates with any bright
     fold of a curtain."""
     whole = o.completeness >= WHOLE
-    by_features = o.feature_score >= config.extra_feature_score and whole
-    distinctive = box is None or np.sqrt(max(0.0, box[2] * box[3])) >= config.small_side
-    return by_features or (o.route == ROUTE_TEMPLATE and o.score >= config.extra_template_score and whole and distinctive)
+    by_features = o.feature_score >= config.extras.feature_score and whole
+    distinctive = box is None or np.sqrt(max(0.0, box[2] * box[3])) >= config.association.small_side
+    return by_features or (o.route == ROUTE_TEMPLATE and o.score >= config.extras.template_score and whole and distinctive)
 
 
 def _in_seen_region(o, seen, shape) -> bool:
@@ -65,7 +67,7 @@ def _explained(st, j: int, i_best: int, strong: bool, matched: set, conf: float,
         return True
     for i in range(st.n):
         if st.assoc.match[i] is None and st.visibility[i] in UNACCOUNTED:
-            if np.isfinite(sim[i, j]) and sim[i, j] >= max(config.association_threshold, conf - config.extra_margin):
+            if np.isfinite(sim[i, j]) and sim[i, j] >= max(config.association.threshold, conf - config.extras.margin):
                 return True
     return False
 
@@ -73,18 +75,15 @@ def _explained(st, j: int, i_best: int, strong: bool, matched: set, conf: float,
 
 def new_content_extras(st, seen, config) -> None:
     """Add confirmed change-route candidates to the observations and the extras."""
-    from worldeval.opis.perception.changes import change_candidates
-    from worldeval.opis.perception.likeness import structure_similarity
-
     cands = [c for c in change_candidates(st, seen)
              if not any(same_place(c.mask, st.obs[k].mask) for k in st.extras)]
     if not cands:
         return
     corr, energy = structure_similarity(st.bank, st.frame, cands)
-    like = np.clip(corr, 0, 1) * np.minimum(1.0, energy / config.min_edge_energy)
+    like = np.clip(corr, 0, 1) * np.minimum(1.0, energy / config.association.min_edge_energy)
     open_i = [i for i in range(st.n) if st.assoc.match[i] is None and st.visibility[i] in UNACCOUNTED]
     for c, col in zip(cands, like.T):
-        if open_i and float(np.max(col[open_i])) >= config.min_likeness:
+        if open_i and float(np.max(col[open_i])) >= config.association.min_likeness:
             continue
         st.obs.append(c)
         st.extras.append(len(st.obs) - 1)
@@ -126,14 +125,14 @@ def search_extras(st, seen, config) -> None:
         # the background too), is one only if it looks like an inventory object
         own = o.route == ROUTE_OPEN and o.category is not None
         strong = own or strong_find(o, config, st.bank.boxes[i_best])
-        if not own and conf < config.extra_min_similarity:
+        if not own and conf < config.extras.min_similarity:
             continue
         # a search find is a copy only if it is the object in grey-level structure or keypoints too,
         # not just a bright thin shape that correlates with the template (a mast beside a rocket)
-        if not own and not _like_enough(assoc.likeness, i_best, j, config.min_likeness):
+        if not own and not _like_enough(assoc.likeness, i_best, j, config.association.min_likeness):
             continue
         # a weak find counts only as a second copy of an object matched elsewhere in the frame
-        if not strong and (st.appearance[i_best] is None or conf < st.appearance[i_best] - config.extra_margin):
+        if not strong and (st.appearance[i_best] is None or conf < st.appearance[i_best] - config.extras.margin):
             continue
         if _explained(st, j, i_best, strong, matched, conf, config, stats):
             continue

@@ -28,15 +28,21 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from worldeval.geometry import box_iou
-from worldeval.opis.backends.base import EVIDENCE_COMPLETENESS, EVIDENCE_FEATURE_SCORE, EVIDENCE_FOUND_FOR, Backend, Observation
+from worldeval.opis.backends.base import (EVIDENCE_COMPLETENESS, EVIDENCE_FEATURE_SCORE, EVIDENCE_FOUND_FOR, Backend,
+                                          LostOnlySegmenter, Observation, PropagationEvidence)
 from worldeval.opis.case import encode_rle
 from worldeval.opis.labels import TRACKS, Status
 from worldeval.opis.perception import projection as P
 from worldeval.opis.perception.association import Association
 from worldeval.opis.perception.camera import CameraEstimate, camera_record, estimate_camera
 from worldeval.opis.perception.config import EvalConfig
+from worldeval.opis.perception.extras import confirm_extras
+from worldeval.opis.perception.identity import associate_observations, identify
 from worldeval.opis.perception.motion import frames_moving_parts, motion_proposals, wants_motion
+from worldeval.opis.perception.places import propose_places
+from worldeval.opis.perception.propagation import PropagatedFrame, propagated_observations, verified
 from worldeval.opis.perception.reference import ReferenceBank
+from worldeval.opis.perception.structure import measure_structure
 
 
 @dataclass
@@ -58,8 +64,8 @@ class FrameState:
     structure_source: list[str | None] = field(default_factory=list)
     frame_depth: tuple | None = None  # (depth, K) of the frame from the backend's depth model, when asked for
     neighbours: list[np.ndarray] = field(default_factory=list)  # video frames next to this one (motion proposals)
-    propagated: object | None = None  # propagation.PropagatedFrame of this frame, when the stage ran
-    propagation: dict[int, object] = field(default_factory=dict)  # instance -> PropagationEvidence, verified or not
+    propagated: PropagatedFrame | None = None  # this frame's labels from the propagation stage, when it ran
+    propagation: dict[int, PropagationEvidence | None] = field(default_factory=dict)  # instance -> its propagated mask's evidence, verified or not
     propagated_obs: list[Observation] | None = None  # the propagated masks as observations (`propagated_finds`)
     reasons: dict[int, str] = field(default_factory=dict)  # instance -> why its state is what it is, where a rule says
 
@@ -111,27 +117,26 @@ def checks(backend: Backend, judge=None) -> dict[str, bool]:
 
 
 def observe(st: FrameState, backend: Backend, config: EvalConfig | None = None) -> None:
-    followed = followed_instances(st, backend.segmenter, config)
-    kwargs = {"followed": followed} if followed else {}
-    st.obs = list(backend.segmenter.observe(st.frame, st.bank.categories, reference=st.bank, **kwargs))
+    seg = backend.segmenter
+    if isinstance(seg, LostOnlySegmenter) and seg.searches_lost_only:
+        found = seg.observe(st.frame, st.bank.categories, reference=st.bank, followed=followed_instances(st, config))
+    else:
+        found = seg.observe(st.frame, st.bank.categories, reference=st.bank)
+    st.obs = list(found)
 
 
 def propagated_finds(st: FrameState, config: EvalConfig) -> list[Observation]:
     """The frame's propagated masks as observations, verified or not (computed once per frame)."""
-    from worldeval.opis.perception.propagation import propagated_observations
-
     if st.propagated_obs is None:
         st.propagated_obs = [] if st.propagated is None else propagated_observations(
-            st.bank, st.frame, st.propagated, config.propagation_mask_threshold)
+            st.bank, st.frame, st.propagated, config.propagation.mask_threshold)
     return st.propagated_obs
 
 
-def followed_instances(st: FrameState, segmenter, config: EvalConfig | None) -> set[int]:
+def followed_instances(st: FrameState, config: EvalConfig | None) -> set[int]:
     """Instances whose verified propagated mask stands for them in this frame, for a segmenter that then
-    searches only for the others (`searches_lost_only`: the classical backend's search=lost); empty else."""
-    from worldeval.opis.perception.propagation import verified
-
-    if config is None or st.propagated is None or not getattr(segmenter, "searches_lost_only", False):
+    searches only for the others (`LostOnlySegmenter`: the classical backend's search=lost)."""
+    if config is None or st.propagated is None:
         return set()
     id_index = {k: i for i, k in enumerate(st.bank.ids)}
     return {id_index[o.found_for[0]] for o in propagated_finds(st, config) if verified(o.propagation, config)}
@@ -151,8 +156,6 @@ def propose_moving(st: FrameState, backend: Backend) -> None:
 
 def propagate(st: FrameState, config: EvalConfig) -> None:
     """Verified propagated masks join the observations; association weighs them against the search finds."""
-    from worldeval.opis.perception.propagation import verified
-
     if st.propagated is None:
         return
     id_index = {k: i for i, k in enumerate(st.bank.ids)}
@@ -164,18 +167,16 @@ def propagate(st: FrameState, config: EvalConfig) -> None:
         # propagated mask keeps its shape (a template keeps I0's), so it stands for both. Finds
         # elsewhere stay and compete in association: propagation can drift onto a neighbour, and a
         # find inside the propagated mask may be a copy the mask spread over (a duplicated object).
-        st.obs = [q for q in st.obs if not (q.found_for == o.found_for and box_iou(q.box, o.box) >= config.propagation_same_place)]
+        st.obs = [q for q in st.obs if not (q.found_for == o.found_for and box_iou(q.box, o.box) >= config.propagation.same_place)]
         st.obs.append(o)
 
 
 def camera(st: FrameState, backend: Backend, config: EvalConfig) -> None:
-    st.cam = estimate_camera(st.bank, st.frame, backend.matcher, holdout=config.camera_holdout, seed=config.seed)
+    st.cam = estimate_camera(st.bank, st.frame, backend.matcher, holdout=config.camera.holdout, seed=config.seed)
 
 
 def project(st: FrameState, backend: Backend, config: EvalConfig) -> None:
-    from worldeval.opis.perception.places import propose_places
-
-    st.projs = P.project_instances(st.bank, st.cam, st.shape, min_in_view=config.min_in_view, min_side_px=config.min_side_px)
+    st.projs = P.project_instances(st.bank, st.cam, st.shape, min_in_view=config.camera.min_in_view, min_side_px=config.camera.min_side_px)
     st.obs.extend(propose_places(st, backend.matcher, config))
 
 
@@ -189,7 +190,7 @@ def embed(st: FrameState, backend: Backend) -> None:
 
 def measure_frame(bank: ReferenceBank, frame: np.ndarray, backend: Backend, config: EvalConfig, judge=None,
                   index: int = 0, timer=None, observations: list | None = None,
-                  neighbours: list[np.ndarray] | None = None, propagated=None) -> FrameResult:
+                  neighbours: list[np.ndarray] | None = None, propagated: PropagatedFrame | None = None) -> FrameResult:
     """Measure one frame: the stages in order (`timer(stage)` is a context manager summing seconds).
 
     `observations`: the segmenter's observations of this frame when already made in a batch of frames.
@@ -197,10 +198,6 @@ def measure_frame(bank: ReferenceBank, frame: np.ndarray, backend: Backend, conf
     moving-object proposals of a segmenter that asks for them (none: no motion proposals).
     `propagated`: this frame's `propagation.PropagatedFrame` (none: the propagation stage did not run).
     """
-    from worldeval.opis.perception.extras import confirm_extras
-    from worldeval.opis.perception.identity import associate_observations, identify
-    from worldeval.opis.perception.structure import measure_structure
-
     timer = timer or (lambda stage: nullcontext())
     st = FrameState(bank=bank, frame=frame, index=index, neighbours=list(neighbours or []), propagated=propagated)
     with timer("observation"):

@@ -16,7 +16,8 @@ from worldeval.opis.perception.association import associate, geometric_gates_for
 from worldeval.opis.backends.efficientnet import cosine
 from worldeval.opis.perception.likeness import structure_similarity
 from worldeval.opis.perception.places import keypoint_support, support_needed
-from worldeval.opis.perception.propagation import propagated_visibility
+from worldeval.opis.perception.propagation import (mask_cover, part_match, propagated_visibility, propagation_evidence,
+                                                   verified)
 from worldeval.opis.scoring import TAU_I  # identity's tau_I: one home, the scoring rule's
 
 
@@ -41,7 +42,7 @@ def geometric_gates(st, config) -> np.ndarray:
         # mostly outside the frame by the camera, its own propagated mask at the part still in
         # view establishes that it is seen (a frame-filling couch under a zoom-in)
         seen = (owner == i) if pr.state == P.OUT_OF_VIEW else True
-        gates[i] = geometric_gates_for(pr.box, boxes, st.shape, config.gate_tolerance) & seen
+        gates[i] = geometric_gates_for(pr.box, boxes, st.shape, config.association.gate_tolerance) & seen
     return gates
 
 
@@ -74,12 +75,12 @@ def require_keypoint_support(st, gates: np.ndarray, matcher, config, structure: 
     for i in range(st.n):
         if bank.tracks[i] != "static":
             continue
-        need = support_needed(bank, i, st.cam, st.shape, matcher, config.min_correspondences)
+        need = support_needed(bank, i, st.cam, st.shape, matcher, config.structure.min_correspondences)
         if need == 0:
             continue
         for j, o in enumerate(st.obs):
-            firm = o.feature_score >= config.extra_feature_score  # >= 8 SIFT inliers
-            firm = firm or (structure is not None and structure[i, j] >= config.firm_likeness)
+            firm = o.feature_score >= config.extras.feature_score  # >= 8 SIFT inliers
+            firm = firm or (structure is not None and structure[i, j] >= config.association.firm_likeness)
             # a propagated mask carries its own verification (its features against I0's)
             if not gates[i, j] or firm or o.route in (ROUTE_PROJECTION, ROUTE_PROPAGATED):
                 continue
@@ -91,7 +92,7 @@ def structure_evidence(st, config) -> np.ndarray:
     """n x m colour-invariant structure likeness in [0, 1]: the structure correlation, scaled down where
     the observation shows much less edge energy than the reference (an inpainted smear)."""
     corr, energy = structure_similarity(st.bank, st.frame, st.obs)
-    return np.clip(corr, 0.0, 1.0) * np.minimum(1.0, energy / config.min_edge_energy)
+    return np.clip(corr, 0.0, 1.0) * np.minimum(1.0, energy / config.association.min_edge_energy)
 
 
 def keypoint_evidence(st) -> np.ndarray:
@@ -112,8 +113,6 @@ def keypoint_evidence(st) -> np.ndarray:
 def propagation_matrix(st) -> np.ndarray | None:
     """n x m: a verified propagated mask's evidence for its own instance (`propagation_evidence`), NaN elsewhere;
     None when the frame has no propagated observation."""
-    from worldeval.opis.perception.propagation import propagation_evidence
-
     if not any(o.route == ROUTE_PROPAGATED for o in st.obs):
         return None
     q = np.full((st.n, len(st.obs)), np.nan)
@@ -140,14 +139,14 @@ def moving_gates(st, gates: np.ndarray, config) -> None:
     """Close the gate of a find framed at a moving part (route `moving`) that does not look like the
     instance (descriptor cosine below `moving_min_similarity`): parallax moves parts of a static
     scene too, and a template framed there can show a passable grey-level structure."""
-    _likeness_gates(st, gates, ROUTE_MOVING, config.moving_min_similarity)
+    _likeness_gates(st, gates, ROUTE_MOVING, config.association.moving_min_similarity)
 
 
 def propagation_gates(st, gates: np.ndarray, config) -> None:
     """Close the gate of a propagated mask whose descriptor does not resemble its instance at all
-    (cosine below `propagation_min_similarity`): a removed object's mask can survive on what was
+    (cosine below `propagation.min_similarity`): a removed object's mask can survive on what was
     painted in its place, with features that still sit nearer I0's object than its background."""
-    _likeness_gates(st, gates, ROUTE_PROPAGATED, config.propagation_min_similarity)
+    _likeness_gates(st, gates, ROUTE_PROPAGATED, config.propagation.min_similarity)
 
 
 def lost_object_gates(st, gates: np.ndarray, config) -> None:
@@ -157,8 +156,6 @@ def lost_object_gates(st, gates: np.ndarray, config) -> None:
     `part_floor`). The search judges a frame alone on grey-level structure, and once the object is
     gone its best place can be anything with a passable structure (a removed dog's smear: part match
     0.32, the dog itself 0.49-0.53); the object found again after an occlusion keeps its parts."""
-    from worldeval.opis.perception.propagation import part_match, verified
-
     pf = st.propagated
     if pf is None or pf.part_floor is None:
         return
@@ -174,8 +171,6 @@ def lost_object_gates(st, gates: np.ndarray, config) -> None:
 def propagation_support(st, i: int, mask: np.ndarray) -> float:
     """Mean over the mask's feature cells of instance i's label carried along its own track (0 without
     propagation): how much propagation says the object went there."""
-    from worldeval.opis.perception.propagation import mask_cover
-
     pf = st.propagated
     if pf is None or i + 1 >= pf.labels.shape[0]:
         return 0.0
@@ -192,7 +187,7 @@ def pair_appearance(st, embedder, i: int, j: int) -> float | None:
     if e is None or bank.embeddings is None:
         return None
     if isinstance(embedder, AppearanceEmbedder):
-        return max(0.0, float(embedder.appearance(bank.embeddings[i], e, **_parts(st, embedder, i, j))))
+        return max(0.0, float(embedder.appearance(bank.embeddings[i], e, parts=_parts(st, i, j))))
     return max(0.0, float(cosine(bank.embeddings[i], e)))
 
 
@@ -211,7 +206,7 @@ def unsupported_gates(st, gates: np.ndarray, embedder, config) -> None:
         for j, o in enumerate(st.obs):
             if not gates[i, j] or o.route == ROUTE_PROPAGATED:
                 continue
-            if propagation_support(st, i, o.mask) >= config.support_min_label:
+            if propagation_support(st, i, o.mask) >= config.association.support_min_label:
                 continue
             a = pair_appearance(st, embedder, i, j)
             if a is not None and a < TAU_I:
@@ -230,13 +225,14 @@ def associate_observations(st, matcher, config, embedder=None) -> None:
     require_keypoint_support(st, gates, matcher, config, structure)
     # where no geometric gate places the instance (dynamic, or static without a camera) only a clear
     # likeness may match it: a best-looking place of another clip reached 0.52 (DAVIS on the apple)
-    floor = [config.ungated_min_appearance if (bank.tracks[i] != "static" or not st.cam.reliable) else 0.0 for i in range(n)]
+    floor = [config.association.ungated_min_appearance if (bank.tracks[i] != "static" or not st.cam.reliable) else 0.0 for i in range(n)]
     st.assoc = associate(
         bank.embeddings, np.stack([o.embedding for o in obs]) if obs else None,
         bank.categories, [o.category for o in obs], bank.attributes, [o.attributes for o in obs],
         gates, [o.box for o in obs],
-        threshold=config.association_threshold, margin=config.ambiguity_margin, min_appearance=config.min_likeness,
-        provenance=prov, foreign_min_appearance=config.foreign_min_appearance, instance_min_appearance=floor,
+        threshold=config.association.threshold, margin=config.association.ambiguity_margin,
+        min_appearance=config.association.min_likeness, provenance=prov,
+        foreign_min_appearance=config.association.foreign_min_appearance, instance_min_appearance=floor,
         structure=structure, keypoints=keypoint_evidence(st) if obs else None, propagation=propagation_matrix(st),
     )  # fmt: skip
 
@@ -247,7 +243,7 @@ SMALL_FOR_IDENTITY = "small_for_identity"  # per-frame record reason: matched, t
 def small(bank, i: int, config) -> bool:
     """Instance i is under `small_side` pixels on average in I0 (square root of its box area)."""
     x, y, w, h = bank.boxes[i]
-    return float(np.sqrt(max(0.0, w * h))) < config.small_side
+    return float(np.sqrt(max(0.0, w * h))) < config.association.small_side
 
 
 def weak_static_tie(st, i: int, config) -> bool:
@@ -258,24 +254,20 @@ def weak_static_tie(st, i: int, config) -> bool:
         return False
     row = st.assoc.affinity[i]
     best = np.nanmax(row) if np.isfinite(row).any() else 0.0
-    return bool(best < config.weak_tie_affinity)
+    return bool(best < config.association.weak_tie_affinity)
 
 
-def _parts(st, embedder, i: int, j: int) -> dict:
-    """The dense part match of instance i's matched observation j, for an embedder that takes one."""
-    if not getattr(embedder, "appearance_parts", False) or getattr(st, "propagated", None) is None:
-        return {}
-    from worldeval.opis.perception.propagation import part_match
-
-    return {"parts": part_match(st.propagated, st.obs[j].mask, i)}
+def _parts(st, i: int, j: int) -> float | None:
+    """The dense part match of instance i's matched observation j; None where the propagation stage did not run."""
+    return None if st.propagated is None else part_match(st.propagated, st.obs[j].mask, i)
 
 
 def identify(st, config, embedder=None) -> None:
     """Ambiguity, visibility and appearance per instance from the association.
 
     Appearance is the embedder's own `appearance` of the matched pair where it declares one
-    (`AppearanceEmbedder`; with the frame's dense part match when it sets `appearance_parts` and the
-    propagation stage ran), else the descriptors' cosine that association used.
+    (`AppearanceEmbedder`; with the frame's dense part match when the propagation stage ran), else
+    the descriptors' cosine that association used.
     """
     assoc, bank = st.assoc, st.bank
     own = embedder.appearance if isinstance(embedder, AppearanceEmbedder) and bank.embeddings is not None else None
@@ -287,7 +279,7 @@ def identify(st, config, embedder=None) -> None:
         if j is not None:
             e = st.obs[j].embedding
             if own is not None and e is not None:
-                a = max(0.0, float(own(bank.embeddings[i], e, **_parts(st, embedder, i, j))))
+                a = max(0.0, float(own(bank.embeddings[i], e, parts=_parts(st, i, j))))
             else:
                 a = max(0.0, float(assoc.similarity[i, j]))
             if a < TAU_I and small(bank, i, config):

@@ -32,7 +32,7 @@ def propose_places(st, matcher, config) -> list[Observation]:
         if any(box_iou(o.box, pr.box) > 0.5 for o in st.obs + out if o.found_for[:1] == [bank.ids[i]]):
             continue
         support = projection_support(bank, i, st.frame, st.cam, matcher, pr.box)
-        if support < support_needed(bank, i, st.cam, st.shape, matcher, config.min_correspondences):
+        if support < support_needed(bank, i, st.cam, st.shape, matcher, config.structure.min_correspondences):
             continue
         out.append(Observation(mask=m, box=mask_box(m), category=None, score=support / (support + 10.0),
                                source=f"projection:{bank.ids[i]}", route=ROUTE_PROJECTION, found_for=[bank.ids[i]]))

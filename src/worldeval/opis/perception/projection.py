@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from worldeval.opis.backends.base import ROUTE_PROPAGATED
 from worldeval.opis.labels import Visibility
 
 EXPECTED, OCCLUDED, OUT_OF_VIEW, TOO_SMALL, UNKNOWN = (Visibility.EXPECTED, Visibility.OCCLUDED, Visibility.OUT_OF_VIEW,
@@ -174,10 +175,8 @@ def _own_extent(st, k: int, o) -> np.ndarray:
     gone (its labels win the hole, and labels are coarse at a feature cell's size); a static object
     does not move, so only the part at its own projected place counts. And only its core counts
     (label above the protocol's 0.5): the mask reaches further, to a label of
-    `propagation_mask_threshold`, and that rim spreads over a removed neighbour's hole too.
+    `propagation.mask_threshold`, and that rim spreads over a removed neighbour's hole too.
     """
-    from worldeval.opis.backends.base import ROUTE_PROPAGATED
-
     if o.route != ROUTE_PROPAGATED:
         return o.mask
     mask = o.core_mask if o.core_mask is not None else o.mask
@@ -203,7 +202,7 @@ def resolve_occlusion(st, config) -> None:
         if area == 0:
             continue
         share = float((pr.mask & _front_cover(st, i)).sum()) / area
-        if share >= config.occluded_share:
+        if share >= config.camera.occluded_share:
             st.visibility[i] = OCCLUDED
-        elif share >= config.partly_covered_share:
+        elif share >= config.camera.partly_covered_share:
             st.visibility[i] = UNKNOWN

@@ -6,12 +6,12 @@ search; the standard remedy of self-supervised video object segmentation is labe
 of Caron et al. 2021): every location of a new frame takes the labels of the locations it resembles
 most in a memory of frames already labelled. Here the labels are I0's instance masks, jointly
 (channel 0 the background, one channel per reference instance, so neighbours compete for every
-location), the memory is I0 itself (global: any location) plus the last `propagation_memory`
-propagated frames (local: within `propagation_radius` feature cells, objects move little between
-two steps), each location keeps its `propagation_topk` best affinities, softmax at
-`propagation_temperature`, and the labels are the weighted sum.
+location), the memory is I0 itself (global: any location) plus the last `propagation.memory`
+propagated frames (local: within `propagation.radius` feature cells, objects move little between
+two steps), each location keeps its `propagation.topk` best affinities, softmax at
+`propagation.temperature`, and the labels are the weighted sum.
 
-Propagation runs over the video's own frames every `propagation_stride` frames (and every sampled
+Propagation runs over the video's own frames every `propagation.stride` frames (and every sampled
 frame), before the sampled frames are measured: each step needs the one before. What it hands the
 per-frame stages is a `PropagatedFrame` per sampled frame; `propagated_observations` turns it into
 observations (route `propagated`) with the evidence that verifies them (`PropagationEvidence`):
@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from worldeval.geometry import mask_box
-from worldeval.opis.backends.base import ROUTE_PROPAGATED, Observation, PropagationEvidence
+from worldeval.opis.backends.base import ROUTE_PROPAGATED, DenseFeatures, Observation, PropagationEvidence
+from worldeval.opis.perception.projection import OCCLUDED, OUT_OF_VIEW
 
 BACKGROUND = 0  # label channel of the background; instance k is channel k + 1
 
@@ -85,7 +86,7 @@ def reference_labels(masks: list[np.ndarray], h: int, w: int) -> np.ndarray:
     return np.concatenate([bg[None], inst]).astype(np.float32)
 
 
-def build_propagation_reference(image: np.ndarray, masks: list[np.ndarray], features) -> PropagationReference:
+def build_propagation_reference(image: np.ndarray, masks: list[np.ndarray], features: DenseFeatures) -> PropagationReference:
     f0 = np.asarray(features.dense(image), np.float32)
     lab = reference_labels(masks, *f0.shape[:2])
     return PropagationReference(features=f0, labels=lab, mass=lab[1:].reshape(len(masks), -1).mean(1))
@@ -219,16 +220,16 @@ def _last_seen(labels: np.ndarray, k: int, min_cells: float = 0.5, edge_band: fl
 
 
 def propagate_rollout(ref: PropagationReference, frames: dict[int, np.ndarray], grid: list[int], sampled: list[int],
-                      features, config) -> dict[int, PropagatedFrame]:
+                      features: DenseFeatures, config) -> dict[int, PropagatedFrame]:
     """Propagate I0's labels over `grid` (frames: index -> RGB); the sampled frames' results."""
     return dict(iter_propagation(ref, frames, grid, sampled, features, config))
 
 
 def iter_propagation(ref: PropagationReference, frames: dict[int, np.ndarray], grid: list[int], sampled: list[int],
-                     features, config):
+                     features: DenseFeatures, config):
     """(index, PropagatedFrame) of each sampled frame, in order, as soon as propagation reaches it."""
-    prop = LabelPropagator(ref, topk=config.propagation_topk, temperature=config.propagation_temperature,
-                           memory=config.propagation_memory, radius=config.propagation_radius)
+    prop = LabelPropagator(ref, topk=config.propagation.topk, temperature=config.propagation.temperature,
+                           memory=config.propagation.memory, radius=config.propagation.radius)
     want = set(sampled)
     last: list[tuple | None] = [None] * ref.n
     for t in grid:
@@ -244,7 +245,7 @@ def iter_propagation(ref: PropagationReference, frames: dict[int, np.ndarray], g
                 last[k] = seen
         if t in want:
             yield t, PropagatedFrame(index=t, labels=lab, features=f, last_seen=seen_before, reference=ref,
-                                     part_floor=getattr(features, "part_floor", None), carried=prop.carried)
+                                     part_floor=features.part_floor, carried=prop.carried)
 
 
 def surround(cells: np.ndarray, background: np.ndarray, gap: int = 1, width: int = 2) -> np.ndarray:
@@ -391,8 +392,8 @@ def verified(ev: PropagationEvidence | None, config) -> bool:
     """A propagated mask may stand for its object: enough of its I0 mass left, mostly on object-like
     features, mostly carried along the object's own track (not the object found again somewhere new),
     and with a core of confident label (a removed object's label fades to a haze over what replaced it)."""
-    return (ev is not None and ev.mass >= config.propagation_min_mass and ev.object_share >= config.propagation_min_object_share
-            and ev.carried >= config.propagation_min_carried and ev.core >= config.propagation_min_core)
+    return (ev is not None and ev.mass >= config.propagation.min_mass and ev.object_share >= config.propagation.min_object_share
+            and ev.carried >= config.propagation.min_carried and ev.core >= config.propagation.min_core)
 
 
 def propagation_evidence(ev: PropagationEvidence) -> float:
@@ -410,8 +411,6 @@ def propagated_visibility(pf: PropagatedFrame | None, i: int, ev: PropagationEvi
     mass now): `out_of_view`. Its last place now mostly labelled as another instance (a neighbour
     moved in front): `occluded`. A mask still verified but unmatched, or lost in the open, says nothing.
     """
-    from worldeval.opis.perception.projection import OCCLUDED, OUT_OF_VIEW
-
     if pf is None or i >= len(pf.last_seen) or pf.last_seen[i] is None or (ev is not None and verified(ev, config)):
         return None
     (x, y, w, h), at_edge = pf.last_seen[i]
@@ -422,6 +421,6 @@ def propagated_visibility(pf: PropagatedFrame | None, i: int, ev: PropagationEvi
     others = np.delete(pf.labels[1:], i, axis=0)
     if others.size and place.any():
         covered = (others.max(0) > 0.5) & place
-        if covered.sum() >= config.occluded_share * place.sum():
+        if covered.sum() >= config.camera.occluded_share * place.sum():
             return OCCLUDED
     return None

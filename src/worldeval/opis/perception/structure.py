@@ -30,7 +30,11 @@ import math
 
 import numpy as np
 
+from worldeval.judge.client import JudgeImage
+from worldeval.judge.parse import AnswerError
+from worldeval.opis.backends.base import BatchPoseEstimator, Keypoints
 from worldeval.opis.labels import StructureSource
+from worldeval.opis.perception.camera import frame_intrinsics
 
 
 def own_region(bank, i: int) -> np.ndarray:
@@ -43,28 +47,24 @@ def own_region(bank, i: int) -> np.ndarray:
     import cv2
 
     key = f"structure:own_region:{i}"
-    cache = getattr(bank, "cache", None)
-    if cache is not None and key in cache:
-        return cache[key]
+    if key in bank.cache:
+        return bank.cache[key]
     r = max(2, int(round(0.02 * max(bank.boxes[i][2], bank.boxes[i][3]))))
     m0 = cv2.dilate(bank.masks[i].astype(np.uint8), np.ones((2 * r + 1, 2 * r + 1), np.uint8)).astype(bool)
     # another instance covers a pixel where more masks than instance i's own cover it
     m0 &= _cover_count(bank) <= bank.masks[i]
-    if cache is not None:
-        cache[key] = m0
+    bank.cache[key] = m0
     return m0
 
 
 def _cover_count(bank) -> np.ndarray:
     """How many instance masks cover each I0 pixel (once per case: one pass over the masks, not one per instance)."""
-    cache = getattr(bank, "cache", None)
-    if cache is not None and "structure:cover_count" in cache:
-        return cache["structure:cover_count"]
+    if "structure:cover_count" in bank.cache:
+        return bank.cache["structure:cover_count"]
     count = np.zeros(bank.masks[0].shape, np.int32)
     for mk in bank.masks:
         count += mk
-    if cache is not None:
-        cache["structure:cover_count"] = count
+    bank.cache["structure:cover_count"] = count
     return count
 
 
@@ -149,8 +149,6 @@ VERDICTS = ("supported", "contradicted", "unknown")
 
 def _validate_claims_answer(n: int):
     # AnswerError (not any ValueError): the judge client retries those and reports them as a failed answer
-    from worldeval.judge.parse import AnswerError
-
     def check(obj: dict) -> dict:
         items = obj.get("claims")
         if not isinstance(items, list) or len(items) != n:
@@ -196,8 +194,6 @@ def claims_structure(
     min_confidence: float = 0.7,
 ) -> tuple[float | None, dict]:
     """Supported fraction per claim family, averaged over families with at least one confident verdict."""
-    from worldeval.judge.client import JudgeImage
-
     claims = list(claims)[:max_claims]
     if not claims:
         return None, {"reason": "no claims"}
@@ -237,8 +233,6 @@ def lift_keypoints(kp, depth: np.ndarray, K: np.ndarray, radius: int = 2):
     """Keypoints lifted to camera space (J x 3) with `depth`: the median depth of a small window
     at each landmark (a thin limb's own pixel often shows the background). A landmark without
     valid depth gets confidence 0, so its segments are not measured."""
-    from worldeval.opis.backends.base import Keypoints
-
     if kp is None:
         return None
     Hd, Wd = depth.shape
@@ -259,8 +253,6 @@ def _frame_depth(st, backend):
     if backend.depth is None or st.bank.case.geometry is None:
         return None
     if st.frame_depth is None:
-        from worldeval.opis.perception.camera import frame_intrinsics
-
         d, K = backend.depth.estimate(st.frame)
         geo = st.bank.case.geometry
         K = np.asarray(K, np.float64) if K is not None else frame_intrinsics(geo.K, st.bank.shape, st.shape)
@@ -282,7 +274,7 @@ def _pose(st, i, ob, backend, config, poses: dict | None = None) -> float | None
     if fd is not None:
         geo = bank.case.geometry
         kp0, kp1 = lift_keypoints(kp0, np.where(geo.valid, geo.depth, 0), geo.K), lift_keypoints(kp1, *fd)
-    return pose_structure(kp0, kp1, tau=config.pose_tau)
+    return pose_structure(kp0, kp1, tau=config.structure.pose_tau)
 
 
 def instance_structure(st, i, ob, backend, config, judge, poses: dict | None = None) -> tuple[float | None, str | None]:
@@ -292,7 +284,8 @@ def instance_structure(st, i, ob, backend, config, judge, poses: dict | None = N
     bank, frame, cam = st.bank, st.frame, st.cam
     if bank.tracks[i] == "static":
         s, info = static_structure(
-            bank, i, frame, ob.box, cam, backend.matcher, lambda_g=config.lambda_g, min_correspondences=config.min_correspondences
+            bank, i, frame, ob.box, cam, backend.matcher, lambda_g=config.structure.lambda_g,
+            min_correspondences=config.structure.min_correspondences,
         )
         return (s, info["source"]) if s is not None else (None, None)
     if backend.pose is not None and backend.pose.supports(bank.categories[i]):
@@ -303,7 +296,7 @@ def instance_structure(st, i, ob, backend, config, judge, poses: dict | None = N
     if judge is not None and inst.claims:
         s, _ = claims_structure(
             judge, crop(bank.image, bank.boxes[i]), crop(frame, ob.box), bank.categories[i], inst.claims,
-            max_claims=config.max_claims, min_confidence=config.claim_confidence,
+            max_claims=config.structure.max_claims, min_confidence=config.structure.claim_confidence,
         )
         if s is not None:
             return s, StructureSource.CLAIMS
@@ -313,9 +306,9 @@ def instance_structure(st, i, ob, backend, config, judge, poses: dict | None = N
 def frame_poses(st, backend) -> dict | None:
     """The frame's landmarks of every matched instance that Structure measures by pose, in one batch
     (instance -> Keypoints or None), for a pose estimator that takes several boxes at once
-    (`keypoints_many`: a forward per kind of object, not per instance); None for one that does not."""
+    (`BatchPoseEstimator`: a forward per kind of object, not per instance); None for one that does not."""
     pose = backend.pose
-    if pose is None or not hasattr(pose, "keypoints_many"):
+    if not isinstance(pose, BatchPoseEstimator):
         return None
     bank, todo = st.bank, []
     for i in range(st.n):

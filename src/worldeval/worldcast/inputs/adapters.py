@@ -23,7 +23,7 @@ from worldeval.runs import atomic_write_bytes, atomic_write_json
 from worldeval.worldcast.inputs.cases import WorldCastCase
 from worldeval.worldcast.inputs.errors import PathError
 from worldeval.worldcast.inputs.grid import GridError, cut_grid, layout_for
-from worldeval.worldcast.inputs.keyframes import ChangePointSelector, KeyframeError, write_keyframes
+from worldeval.worldcast.inputs.keyframes import ChangePointSelector, KeyframeError, KeyframeSelector, write_keyframes
 
 IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".webp")
 VIDEO_NAMES = ("video.mp4", "video.webm", "video.mov", "video.mkv")
@@ -105,7 +105,7 @@ def _save_png(arr: np.ndarray, path: Path) -> None:
     atomic_write_bytes(path, buf.getvalue(), fsync=False)
 
 
-def adapt_output(case: WorldCastCase, outputs: str | Path, states_dir: str | Path, keyframe_selector=None) -> StepSequence:
+def adapt_output(case: WorldCastCase, outputs: str | Path, states_dir: str | Path, keyframe_selector: KeyframeSelector | None = None) -> StepSequence:
     """The ordered states of one model output; raises OutputError/GridError/KeyframeError with the file named."""
     case_dir = Path(outputs) / case.id
     states_dir = Path(states_dir)
@@ -157,5 +157,5 @@ def adapt_output(case: WorldCastCase, outputs: str | Path, states_dir: str | Pat
     record = {"interface": "video", "source": video.name, "selection": sel.to_json()}
     record["selection"]["params"] = {k: v for k, v in sel.params.items() if k != "raw"}
     atomic_write_json(states_dir / "adapter.json", record)
-    warnings += list(getattr(sel, "warnings", None) or [])  # e.g. a keyframe pass that fell back
+    warnings += sel.warnings  # e.g. a keyframe pass that fell back
     return StepSequence(case.id, "video", paths, [None] * len(paths), record, warnings)

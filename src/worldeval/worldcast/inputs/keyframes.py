@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -32,6 +32,16 @@ from worldeval.judge.parse import AnswerError, coerce_int
 from worldeval.media import MediaError, decode_frames, probe_video
 from worldeval.runs import atomic_write_bytes, atomic_write_json
 from worldeval.worldcast.inputs.errors import PathError
+
+
+class KeyframeSelector(Protocol):
+    """What the video adapter and the judge run read from a keyframe selector (one of its own: one class)."""
+
+    name: str  # recorded in the run manifest
+
+    def select(self, video: str | Path, k: int, case=None) -> "KeyframeSelection":
+        """K keyframes of `video` with strictly increasing timestamps; `case` (a WorldCastCase) may guide it."""
+        ...
 
 
 @dataclass
@@ -313,7 +323,7 @@ class AgenticSelector:
 
     def _references(self, case) -> list[Any]:
         parts: list[Any] = []
-        for j, ref in enumerate(getattr(case, "images", None) or [], start=1):
+        for j, ref in enumerate((case.images if case is not None else []), start=1):
             parts += [f"Reference {j} ({ref.role}):", JudgeImage.from_path(ref.path, self.frame_max_side)]
         return (["REFERENCE IMAGES:"] + parts) if parts else []
 

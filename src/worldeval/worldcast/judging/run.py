@@ -27,6 +27,7 @@ from worldeval.runs import JsonlAppender, atomic_write_json, base_manifest, fing
 from worldeval.worldcast.inputs.adapters import StepSequence, adapt_output
 from worldeval.worldcast.inputs.cases import WorldCastCase, load_cases
 from worldeval.worldcast.inputs.errors import PathError
+from worldeval.worldcast.inputs.keyframes import ChangePointSelector, KeyframeSelector
 from worldeval.worldcast.judging.metrics import METRICS, PROMPT_VERSIONS, build_judge_content
 from worldeval.worldcast.judging.records import (
     JUDGMENTS, answer_fields, append_judgment, failure_fields, judgment_base, latest_records, read_judgments,
@@ -147,7 +148,7 @@ def run_judge(
     *,
     step_accuracy: bool = False,
     step_scope: str = "paper",
-    keyframe_selector=None,
+    keyframe_selector: KeyframeSelector | None = None,
     case_ids: list[str] | None = None,
     progress: Callable[[str], None] | None = None,
     extra_config: dict | None = None,
@@ -366,7 +367,7 @@ def _write_manifest(out_dir, dataset, outputs, model, client, result, step_accur
         "model": model,
         "judge": {**client.config.public(), "learned": client.options.public(), "preflight": client.preflight_status()},
         "step_accuracy": step_accuracy,
-        "keyframe_selector": getattr(selector, "name", "changepoint"),
+        "keyframe_selector": (selector or ChangePointSelector).name,
         **(extra_config or {}),
     }
     judge = {"model": client.config.model, "base_url": client.config.base_url, "transport": client.transport.describe()}

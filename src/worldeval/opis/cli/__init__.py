@@ -1,1 +1,0 @@
-"""The `opis` command line: one module per command group, each with `register(app)`."""
