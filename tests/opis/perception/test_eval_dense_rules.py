@@ -10,6 +10,7 @@ import numpy as np
 
 from worldeval.opis.backends.base import ROUTE_PROPAGATED, ROUTE_TEMPLATE
 from worldeval.opis.perception.config import EvalConfig
+from worldeval.opis.perception.propagation import PropagatedFrame
 
 
 def test_a_small_templates_correlation_is_no_strong_find():
@@ -26,8 +27,7 @@ def test_a_small_templates_correlation_is_no_strong_find():
 
 def _pf(labels: np.ndarray, carried: np.ndarray | None = None):
     k, h, w = labels.shape
-    return SimpleNamespace(labels=labels, carried=carried, features=np.zeros((h, w, 4), np.float32),
-                           reference=None, cells={})
+    return PropagatedFrame(index=0, labels=labels, carried=carried, features=np.zeros((h, w, 4), np.float32))
 
 
 def test_propagation_support_is_the_carried_label_over_the_masks_cells():
@@ -43,10 +43,10 @@ def test_propagation_support_is_the_carried_label_over_the_masks_cells():
     mask = np.zeros((40, 80), bool)  # frame 10x the feature grid
     mask[:, 0:40] = True  # cells 0-3: carried 0, 0, 0.8, 0.8
     assert abs(propagation_support(st, 0, mask) - 0.4) < 1e-6
-    mask[:] = False
-    mask[:, 40:80] = True
-    assert propagation_support(st, 0, mask) == 0.0
-    assert propagation_support(SimpleNamespace(propagated=None), 0, mask) == 0.0
+    right = np.zeros((40, 80), bool)  # a new mask: a frame's masks are never edited (their covers are kept)
+    right[:, 40:80] = True
+    assert propagation_support(st, 0, right) == 0.0
+    assert propagation_support(SimpleNamespace(propagated=None), 0, right) == 0.0
 
 
 class _Embedder:

@@ -8,12 +8,16 @@ same clip with the object painted out).
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
-from worldeval.opis.backends.base import PropagationEvidence
+from worldeval.opis.backends.base import ROUTE_PROPAGATED, Observation, PropagationEvidence
+from worldeval.opis.perception import frame as F
 from worldeval.opis.perception import propagation as PR
 from worldeval.opis.perception.config import EvalConfig
+from worldeval.opis.perception.frame import FrameState
 from worldeval.opis.perception.projection import OCCLUDED, OUT_OF_VIEW
 
 
@@ -470,3 +474,36 @@ def test_a_mask_keeps_only_the_label_carried_along_its_track():
     (o,) = PR.propagated_observations(bank, frame, pf)
     assert o.mask[0, 12:].all()
     assert EvalConfig().propagation.mask_threshold == 0.3
+
+
+def _weak_core_state(track: str, core: float, with_find: bool):
+    """A FrameState holding one instance's verified propagated mask (core `core`) and, optionally, a
+    search find of the same instance at the same place."""
+    mask = np.zeros((40, 40), bool)
+    mask[10:30, 10:30] = True
+    ev = PropagationEvidence(mass=0.9, confidence=0.6, object_share=1.0, carried=1.0, core=core)
+    prop = Observation(mask=mask, box=(10, 10, 20, 20), route=ROUTE_PROPAGATED, found_for=["a"], propagation=ev)
+    bank = SimpleNamespace(ids=["a"], tracks=[track])
+    st = FrameState(bank=bank, frame=np.zeros((40, 40, 3), np.uint8), index=0, propagated=object(), propagated_obs=[prop])
+    if with_find:
+        st.obs = [Observation(mask=mask, box=(11, 11, 20, 20), route="search", found_for=["a"])]
+    return st, prop
+
+
+@pytest.mark.parametrize("track, core, with_find, joins", [
+    ("static", 0.30, False, False),  # weak core, nothing found there: the label survived on what replaced it
+    ("static", 0.30, True, True),  # weak core beside the object's own find: the object is there
+    ("static", 0.70, False, True),  # a firm core stands alone
+    ("dynamic", 0.30, False, True),  # a fast object's core is weak; it is exempt
+])
+def test_a_weak_static_mask_needs_its_own_find(track, core, with_find, joins):
+    config = EvalConfig()
+    assert config.propagation.weak_core == 0.5
+    st, prop = _weak_core_state(track, core, with_find)
+    F.propagate(st, config)
+    assert (prop in st.obs) is joins
+    assert st.propagation[0] is prop.propagation  # the evidence is recorded either way
+    if with_find and joins:
+        assert len(st.obs) == 1  # the find at the same place is the same object: the mask stands for both
+    # with search=lost the search still looks for an instance whose weak static mask needs a find
+    assert (0 in F.followed_instances(st, config)) is (track == "dynamic" or core >= 0.5)

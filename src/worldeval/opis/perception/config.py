@@ -85,6 +85,10 @@ class PropagationConfig(BaseModel):
     # share of the mask above the protocol's 0.5: a removed object's label fades to a haze of
     # 0.3-0.5 (audit: 0.01 and 0.13 where it was matched; objects there 0.41-0.96; docs/validation.md)
     min_core: float = 0.25
+    # core below which a static instance's propagated mask stands only beside a find of its own at the
+    # same place (a search or template find): a painted-over object's label keeps a core of 0.27-0.35
+    # for the first second, every static object of the tuning photos kept 0.68 or more (docs/validation.md)
+    weak_core: float = 0.5
     min_object_share: float = 0.5  # cells closer to I0's object than to any background (I0's, the frame's own surround)
     # descriptor cosine a propagated mask needs to be matched (tuning: the inpainted-away rider
     # -0.05-0.04, the apple propagated into the bmx video 0.10-0.11; the rider 0.31-0.63, hue-turned 0.15-0.45)

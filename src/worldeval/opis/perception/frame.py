@@ -40,7 +40,7 @@ from worldeval.opis.perception.extras import confirm_extras
 from worldeval.opis.perception.identity import associate_observations, identify
 from worldeval.opis.perception.motion import frames_moving_parts, motion_proposals, wants_motion
 from worldeval.opis.perception.places import propose_places
-from worldeval.opis.perception.propagation import PropagatedFrame, propagated_observations, verified
+from worldeval.opis.perception.propagation import PropagatedFrame, needs_find, propagated_observations, verified
 from worldeval.opis.perception.reference import ReferenceBank
 from worldeval.opis.perception.structure import measure_structure
 
@@ -139,7 +139,13 @@ def followed_instances(st: FrameState, config: EvalConfig | None) -> set[int]:
     if config is None or st.propagated is None:
         return set()
     id_index = {k: i for i, k in enumerate(st.bank.ids)}
-    return {id_index[o.found_for[0]] for o in propagated_finds(st, config) if verified(o.propagation, config)}
+    followed = set()
+    for o in propagated_finds(st, config):
+        i = id_index[o.found_for[0]]
+        # a weak static mask needs its own find (`propagate`), so the search still looks for it
+        if verified(o.propagation, config) and not needs_find(o.propagation, st.bank.tracks[i], config):
+            followed.add(i)
+    return followed
 
 
 def propose_moving(st: FrameState, backend: Backend) -> None:
@@ -163,11 +169,14 @@ def propagate(st: FrameState, config: EvalConfig) -> None:
         st.propagation[id_index[o.found_for[0]]] = o.propagation
         if not verified(o.propagation, config):
             continue
+        same = [q for q in st.obs if q.found_for == o.found_for and box_iou(q.box, o.box) >= config.propagation.same_place]
+        if not same and needs_find(o.propagation, st.bank.tracks[id_index[o.found_for[0]]], config):
+            continue
         # A search find of the same instance at the same place is the same object found twice; the
         # propagated mask keeps its shape (a template keeps I0's), so it stands for both. Finds
         # elsewhere stay and compete in association: propagation can drift onto a neighbour, and a
         # find inside the propagated mask may be a copy the mask spread over (a duplicated object).
-        st.obs = [q for q in st.obs if not (q.found_for == o.found_for and box_iou(q.box, o.box) >= config.propagation.same_place)]
+        st.obs = [q for q in st.obs if not any(q is s for s in same)]
         st.obs.append(o)
 
 

@@ -44,9 +44,10 @@ class PropagatedFrame:
     reference: "PropagationReference | None" = None  # I0's side, which verification compares with
     part_floor: float | None = None  # the features' `part_floor`: the part match a search find needs where propagation lost its instance
     carried: np.ndarray | None = None  # K x h x w: the part of each instance's label carried along its own track
-    # the feature cells of observation masks already compared (`mask_cells`): each mask is compared
-    # with many instances, and resizing it to the feature grid cost more than the comparison
+    # observation masks already brought to the feature grid (`mask_cover`, `mask_cells`): each mask is
+    # compared with many instances, and resizing it cost more than the comparison
     cells: dict = field(default_factory=dict, repr=False, compare=False)
+    covers: dict = field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass
@@ -305,23 +306,27 @@ def part_match(pf: "PropagatedFrame", mask: np.ndarray, k: int) -> float | None:
 
 
 def mask_cover(pf: "PropagatedFrame", mask: np.ndarray) -> np.ndarray:
-    """h x w share of each feature cell the mask covers (area-averaged)."""
+    """h x w share of each feature cell the mask covers (area-averaged). Kept per mask for the frame
+    (a frame's observation masks are made once and never edited)."""
     import cv2
 
+    hit = pf.covers.get(id(mask))
+    if hit is not None and hit[0] is mask:
+        return hit[1]
     h, w = pf.features.shape[:2]
-    return cv2.resize(mask.astype(np.float32), (w, h), interpolation=cv2.INTER_AREA)
+    cover = cv2.resize(mask.astype(np.float32), (w, h), interpolation=cv2.INTER_AREA)
+    # the mask is kept with its cover: its id cannot be reused by another mask while the entry lives
+    pf.covers[id(mask)] = (mask, cover)
+    return cover
 
 
 def mask_cells(pf: "PropagatedFrame", mask: np.ndarray) -> np.ndarray | None:
     """Features (cells x C) of the frame's feature cells `mask` covers more than half (an object smaller
     than a cell: the cell it covers most); None when it covers none. Kept per mask for the frame."""
-    import cv2
-
     hit = pf.cells.get(id(mask))
     if hit is not None and hit[0] is mask:
         return hit[1]
-    h, w = pf.features.shape[:2]
-    cover = cv2.resize(mask.astype(np.float32), (w, h), interpolation=cv2.INTER_AREA)
+    cover = mask_cover(pf, mask)
     cells = cover > 0.5
     q = None
     if cells.any():
@@ -394,6 +399,14 @@ def verified(ev: PropagationEvidence | None, config) -> bool:
     and with a core of confident label (a removed object's label fades to a haze over what replaced it)."""
     return (ev is not None and ev.mass >= config.propagation.min_mass and ev.object_share >= config.propagation.min_object_share
             and ev.carried >= config.propagation.min_carried and ev.core >= config.propagation.min_core)
+
+
+def needs_find(ev: PropagationEvidence, track: str, config) -> bool:
+    """A static instance's propagated mask with a weak core (under `propagation.weak_core`) is not
+    enough on its own: a static object does not move, so its own find (search, template) is there to be
+    had where it still shows, while a label that survived on what replaced it finds nothing. A moving
+    object's core is weak whenever it moves fast (the tuning clip's rider: 0.45), so it is exempt."""
+    return track == "static" and ev.core < config.propagation.weak_core
 
 
 def propagation_evidence(ev: PropagationEvidence) -> float:
