@@ -94,7 +94,7 @@ class LocalRun:
             mod = getattr(fn, "__module__", None)
             if mod and mod != "__main__":
                 ctx.set_forkserver_preload([mod])
-        self.started = ctx.Value("i", 0)
+        self.started = ctx.RawValue("i", 0)  # lock-free: see worker.invoke
         self.queue = deque(range(len(items)))
         self.suspects: deque[int] = deque()  # items that were in flight when a worker died
         self.strikes: Counter[int] = Counter()

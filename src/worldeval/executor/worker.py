@@ -53,11 +53,11 @@ def set_threads(threads: int | None) -> None:
             pass
 
 
-_STARTED = None  # shared counter of items begun in this pool (set in pool workers only)
+_STARTED = None  # shared flag: a worker of this pool began an item (set in pool workers only)
 
 
 def init_worker(threads: int | None, started=None) -> None:
-    """Pool worker initializer: cap threads, and count begun items in `started` (a shared int)."""
+    """Pool worker initializer: cap threads, and flag a begun item in `started` (a shared int)."""
     global _STARTED
     _STARTED = started
     set_threads(threads)
@@ -66,8 +66,10 @@ def init_worker(threads: int | None, started=None) -> None:
 def invoke(fn: Callable[[Any], Any], item: Any) -> tuple[str, Any, float]:
     """Run fn(item) in a worker; never raises for an item-level failure."""
     if _STARTED is not None:
-        with _STARTED.get_lock():
-            _STARTED.value += 1
+        # a plain store of the same value, without a lock: a worker killed while holding a lock
+        # (the pool is killed whole after a crash or a timeout) would leave it held, and the
+        # driver's next read would wait forever
+        _STARTED.value = 1
     t0 = time.perf_counter()
     try:
         out = fn(item)
