@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from worldeval.cli.opis import build as build_cli
 from worldeval.judge import JudgeCache, JudgeClient, JudgeConfig, MockTransport
 from worldeval.opis.cases.annotate import ObjectPrompt, mask_iou
 from worldeval.opis.cases.build import BuildConfig, build_dataset, image_states
@@ -364,6 +365,18 @@ def test_too_few_objects_after_cleaning_is_a_rejection(tmp_path):
 # ---------------------------------------------------------------- the hf path, review, CLI
 
 
+def _desk_build(tmp_path: Path, monkeypatch) -> tuple[Path, Path]:
+    """(input folder with one COCO desk photo, dataset folder) for `opis build`, its VLM scripted to
+    screen the photo's four largest objects."""
+    img, objs = small("000000000387")
+    src = tmp_path / "in"
+    src.mkdir()
+    Image.fromarray(img).save(src / "desk.png")
+    transport = MockTransport(ScriptedVLM({img.tobytes(): screening(objs)}))
+    monkeypatch.setattr(build_cli, "vlm_transport", lambda: transport)
+    return src, tmp_path / "ds"
+
+
 @pytest.mark.slow
 def test_hf_concept_rounds_through_the_same_command(tmp_path, monkeypatch):
     """SAM 3 (tiny random weights: meaningless masks, real loading and round logic) via `opis build --backend hf`."""
@@ -372,18 +385,11 @@ def test_hf_concept_rounds_through_the_same_command(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
     from worldeval.cli import app
-    from worldeval.cli.opis import build as build_cli
     from worldeval.opis.checkpoints.tiny import build_tiny_models
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     tiny = build_tiny_models(tmp_path / "tiny")
-    img, objs = small("000000000387")
-    src = tmp_path / "in"
-    src.mkdir()
-    Image.fromarray(img).save(src / "desk.png")
-    transport = MockTransport(ScriptedVLM({img.tobytes(): screening(objs)}))
-    monkeypatch.setattr(build_cli, "vlm_transport", lambda: transport)
-    out = tmp_path / "ds"
+    src, out = _desk_build(tmp_path, monkeypatch)
     args = ["opis", "build", str(src), "--out", str(out), "--backend", "hf", "--judge-model", "scripted-vlm",
             "--backend-option", f"sam3={tiny['sam3']}", "--backend-option", f"dinov3={tiny['dinov3']}",
             "--backend-option", f"matcher={tiny['lightglue']}", "--backend-option", f"depth={tiny['depth_anything']}",
@@ -459,16 +465,9 @@ def test_cli_keeps_the_key_out_of_every_file(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
     from worldeval.cli import app
-    from worldeval.cli.opis import build as build_cli
 
     key = "sk-build-SECRET-5be1"
-    img, objs = small("000000000387")
-    src = tmp_path / "in"
-    src.mkdir()
-    Image.fromarray(img).save(src / "desk.png")
-    transport = MockTransport(ScriptedVLM({img.tobytes(): screening(objs)}))
-    monkeypatch.setattr(build_cli, "vlm_transport", lambda: transport)
-    out = tmp_path / "ds"
+    src, out = _desk_build(tmp_path, monkeypatch)
     res = CliRunner().invoke(app, ["opis", "build", str(src), "--out", str(out), "--judge-model", "scripted-vlm",
                                    "--api-key", key, "--min-objects", "2"])
     assert res.exit_code == 0, res.output
