@@ -311,7 +311,7 @@ def test_sized_templates_equal_a_fresh_resize():
         assert np.array_equal(tm, m8.astype(np.float32))
 
 
-# ----------------------------------------------------------------------------- search=lost (opt-in)
+# ----------------------------------------------------------------------------- search=lost (the default) and search=all
 
 
 def _textured_case(tmp_path):
@@ -338,9 +338,10 @@ def test_search_lost_scans_templates_only_for_instances_not_followed(tmp_path):
     case, img = _textured_case(tmp_path)
     bank = build_reference(case)
     frame = np.ascontiguousarray(np.roll(img, 3, axis=1))
-    every = SearchSegmenter(SiftMatcher()).observe(frame, reference=bank)
-    lost = SearchSegmenter(SiftMatcher(), search="lost")
-    assert lost.searches_lost_only and "search=lost" in lost.versions["segmenter"]
+    every = SearchSegmenter(SiftMatcher(), search="all").observe(frame, reference=bank)
+    lost = SearchSegmenter(SiftMatcher())
+    assert lost.searches_lost_only and "search=" not in lost.versions["segmenter"]
+    assert "search=all" in SearchSegmenter(SiftMatcher(), search="all").versions["segmenter"]
     some = lost.observe(frame, reference=bank, followed={0})
     assert any(o.route == ROUTE_TEMPLATE and "a" in o.found_for for o in every)
     assert not any(o.route == ROUTE_TEMPLATE and o.found_for[:1] == ["a"] for o in some)
@@ -348,10 +349,40 @@ def test_search_lost_scans_templates_only_for_instances_not_followed(tmp_path):
     # nothing followed: the same search as search=all
     same = lost.observe(frame, reference=bank)
     assert [(o.box, o.route, o.found_for) for o in same] == [(o.box, o.route, o.found_for) for o in every]
-    assert build_backend(search="lost", pose="none").segmenter.searches_lost_only
-    assert not build_backend(pose="none").segmenter.searches_lost_only
+    assert build_backend(pose="none").segmenter.searches_lost_only
+    assert not build_backend(search="all", pose="none").segmenter.searches_lost_only
     with pytest.raises(ValueError, match="search"):
         build_backend(search="some", pose="none")
+
+
+def test_the_coarse_scan_runs_on_a_frame_of_at_most_scan_side(tmp_path, monkeypatch):
+    """A small object is scanned with a smaller template on a frame of at most `scan_side` px, not on the
+    full frame; a large one on the frame its template_side already asks for (below scan_side)."""
+    import cv2
+
+    from worldeval.opis.backends import classical as C
+    from worldeval.opis.perception.reference import build_reference
+
+    case, img = _textured_case(tmp_path)
+    big = np.ascontiguousarray(cv2.resize(img, (640, 480), interpolation=cv2.INTER_NEAREST))
+    seen = []
+    real = cv2.matchTemplate
+
+    def spy(image, templ, method, mask=None):
+        seen.append(image.shape[:2])
+        return real(image, templ, method, mask=mask)
+
+    monkeypatch.setattr(cv2, "matchTemplate", spy)
+    bank = build_reference(case)  # instances 50 x 40 and 60 x 50 px on a 160 x 120 image
+    seg = C.SearchSegmenter(C.SiftMatcher(), scan_side=80, search="all")
+    seg._template_route(bank, 0, seg._prepare(bank)["per"][0], C.value_channel(big), {})
+    coarse = seen[: len(seg.scales)]
+    # template_side 32 over a 50 px object asks for 0.64 of the frame (410 x 307); scan_side caps it at 80 / 640
+    assert set(coarse) == {(60, 80)}
+    seen.clear()
+    seg = C.SearchSegmenter(C.SiftMatcher(), scan_side=480, search="all")
+    seg._template_route(bank, 0, seg._prepare(bank)["per"][0], C.value_channel(big), {})
+    assert set(seen[: len(seg.scales)]) == {(307, 410)}
 
 
 def test_own_region_from_the_cover_count_equals_the_loop_over_other_masks():

@@ -231,9 +231,10 @@ def _nms_peaks(res: np.ndarray, k: int, radius: tuple[int, int]) -> list[tuple[f
 
 
 
-# search=all: every instance is searched in every frame (the default); search=lost: the template scan
-# runs only for instances without a verified propagated mask in the frame
-SEARCH_MODES = ("all", "lost")
+# search=lost (the default): the template scan runs only for instances without a verified propagated
+# mask in the frame (a followed instance keeps its feature route); search=all: every instance is scanned
+# in every frame, as before 2026-12-05 (docs/backends.md, "Speed on dense scenes")
+SEARCH_MODES = ("lost", "all")
 
 
 class SearchSegmenter:
@@ -254,11 +255,11 @@ class SearchSegmenter:
         copy_peak: float = 0.8,
         moving_parts: int = 4,
         motion: bool = False,
-        search: str = "all",
+        search: str = "lost",
+        scan_side: int = 480,
     ):
         if search not in SEARCH_MODES:
             raise ValueError(f"search={search!r}: choose {' or '.join(SEARCH_MODES)}")
-        # opt-in (backend option search=lost): it changes measurements (docs/backends.md, "Speed on dense scenes")
         self.searches_lost_only = search == "lost"
         # opt-in (backend option motion=on): on the tuning clip it helped, on the reporting clips it did
         # not (docs/backends.md, "Moving parts")
@@ -268,13 +269,18 @@ class SearchSegmenter:
         self.copy_peak = copy_peak  # coarse template correlation a copy of a firmly placed object must reach
         self.matcher = matcher
         self.template_side = template_side
+        # long side of the frame the coarse scan runs on, at most: an object under template_side px at
+        # that size is scanned with a smaller template rather than on a larger frame (a 30 px object
+        # scanned at 960 x 540 cost 0.14 s a frame, a third of a 25-object frame's search; the peaks
+        # are re-located at full resolution by `_refine`)
+        self.scan_side = scan_side
         self.scales = scales
         self.template_peaks = template_peaks
         self.feature_clusters = feature_clusters
         self.min_inliers = min_inliers
-        self.versions = {"segmenter": f"sift-template-search[side={template_side},peaks={template_peaks},"
+        self.versions = {"segmenter": f"sift-template-search[side={template_side},scan={scan_side},peaks={template_peaks},"
                                       f"clusters={feature_clusters},min_inliers={min_inliers}"
-                                      + (",motion=on" if motion else "") + (",search=lost]" if search == "lost" else "]")}
+                                      + (",motion=on" if motion else "") + (",search=all]" if search == "all" else "]")}
 
     # -- per-case preparation (cached in the reference bank)
     def _prepare(self, bank):
@@ -403,10 +409,10 @@ class SearchSegmenter:
         import cv2
 
         x, y, w, h = info["box"]
-        f = min(1.0, self.template_side / max(w, h))
+        Hf, Wf = frame.shape[:2]
+        f = min(1.0, self.template_side / max(w, h), self.scan_side / max(Hf, Wf))
         fk = round(f, 3)
         if fk not in small_frames:
-            Hf, Wf = frame.shape[:2]
             small_frames[fk] = cv2.resize(
                 frame, (max(1, round(Wf * fk)), max(1, round(Hf * fk))), interpolation=cv2.INTER_AREA
             ).astype(np.float32)
@@ -577,7 +583,7 @@ def _dedupe(cands: list[Observation], iou: float = 0.75) -> list[Observation]:
     return kept
 
 
-_INT_OPTIONS = ("feature_max_side", "nfeatures", "background_features", "template_side", "template_peaks", "feature_clusters",
+_INT_OPTIONS = ("feature_max_side", "nfeatures", "background_features", "template_side", "scan_side", "template_peaks", "feature_clusters",
                 "min_inliers", "features_side")
 _FLOAT_OPTIONS = ("cnn_weight", "contrast_floor")
 
@@ -585,16 +591,17 @@ _FLOAT_OPTIONS = ("cnn_weight", "contrast_floor")
 def build_backend(device: str = "cpu", **options) -> Backend:
     """The classical backend. Options (strings from the command line are converted):
     feature_max_side, nfeatures, background_features (the camera's keypoint budget on I0's background),
-    template_side, template_peaks, feature_clusters, min_inliers, features_side (int: long side in pixels of the
+    template_side, scan_side (int: long side of the frame the template scan runs on, at most; default 480),
+    template_peaks, feature_clusters, min_inliers, features_side (int: long side in pixels of the
     frames the propagation stage computes dense features on, default 640), cnn_weight (float, share of the
     CNN part in the descriptor), contrast_floor (float, SIFT contrast threshold of the background budget),
     scales (comma-separated floats),
     pose (mediapipe | none: person landmarks for dynamic Structure, eq. 5),
     motion (on | off, default off: frame dynamic instances where the frame moves on its own, from the
     neighbouring video frames; docs/backends.md "Moving parts"),
-    search (all | lost, default all: lost runs the template scan only for instances without a verified
-    propagated mask in the frame; faster on dense scenes, changes measurements: docs/backends.md
-    "Speed on dense scenes")."""
+    search (lost | all, default lost: the template scan runs only for instances without a verified
+    propagated mask in the frame; all scans for every instance in every frame, slower on dense scenes:
+    docs/backends.md "Speed on dense scenes")."""
     import cv2
     import torch
 
@@ -626,7 +633,7 @@ def build_backend(device: str = "cpu", **options) -> Backend:
         except (TypeError, ValueError) as exc:
             raise ValueError(f"classical backend option {k}={v!r}: {exc}") from exc
     matcher = SiftMatcher(**{k: opts[k] for k in ("feature_max_side", "nfeatures", "background_features", "contrast_floor") if k in opts})
-    seg_opts = {k: opts[k] for k in ("template_side", "scales", "template_peaks", "feature_clusters", "min_inliers", "motion",
+    seg_opts = {k: opts[k] for k in ("template_side", "scan_side", "scales", "template_peaks", "feature_clusters", "min_inliers", "motion",
                                      "search") if k in opts}
     pose, pose_version = (None, "off (pose=none)") if opts.get("pose") == "none" else load_pose()
     features = EfficientNetDenseFeatures(side=opts.get("features_side", 640))
