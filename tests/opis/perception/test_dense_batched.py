@@ -403,3 +403,95 @@ def test_own_region_from_the_cover_count_equals_the_loop_over_other_masks():
                 if k != i:
                     want &= ~mk
             assert np.array_equal(own_region(SimpleNamespace(masks=masks, boxes=boxes, cache={}), i), want)
+
+
+def test_mask_cover_from_the_box_equals_the_whole_frame_area_resize():
+    import cv2
+
+    from worldeval.opis.perception import propagation as PR
+
+    rng = np.random.default_rng(9)
+    for H, W, h, w in [(540, 960, 23, 40), (480, 854, 22, 40), (96, 160, 12, 20), (500, 375, 40, 30), (33, 17, 3, 2)]:
+        pf = PR.PropagatedFrame(index=1, labels=np.zeros((1, h, w), np.float32), features=np.zeros((h, w, 4), np.float32))
+        for _ in range(25):
+            mask = np.zeros((H, W), bool)
+            x, y = int(rng.integers(0, W - 1)), int(rng.integers(0, H - 1))
+            mask[y : y + int(rng.integers(1, H)), x : x + int(rng.integers(1, W))] = rng.random() < 0.9
+            mask &= rng.random((H, W)) < 0.8
+            want = cv2.resize(mask.astype(np.float32), (w, h), interpolation=cv2.INTER_AREA)
+            got = PR.mask_cover(pf, mask)
+            assert got.shape == want.shape and got.dtype == np.float32
+            assert np.abs(got - want).max() <= 5e-7
+        assert not PR.mask_cover(pf, np.zeros((H, W), bool)).any()
+
+
+def test_area_weights_average_whole_and_partly_covered_inputs():
+    from worldeval.opis.perception.propagation import area_weights
+
+    # 5 inputs to 2 outputs: intervals [0, 2.5) and [2.5, 5); input 2 is split half and half
+    w = area_weights(5, 2)
+    assert np.allclose(w, [[0.4, 0.4, 0.2, 0, 0], [0, 0, 0.2, 0.4, 0.4]])
+    assert np.allclose(area_weights(6, 3), np.kron(np.eye(3), [0.5, 0.5]))
+
+
+# ----------------------------------------------------------------------------- search where the camera's gate lets a find match
+
+
+def test_search_windows_are_the_geometric_gate_of_each_placed_static_instance():
+    from types import SimpleNamespace
+
+    from worldeval.opis.perception import projection as P
+    from worldeval.opis.perception.config import EvalConfig
+    from worldeval.opis.perception.frame import search_windows
+
+    cfg = EvalConfig()
+    proj = lambda box, state=P.EXPECTED: SimpleNamespace(box=box, state=state)  # noqa: E731
+    st = SimpleNamespace(shape=(300, 400), cam=SimpleNamespace(reliable=True),
+                         bank=SimpleNamespace(tracks=["static", "static", "dynamic", "static", "static"]),
+                         projs=[proj((100.0, 50.0, 40.0, 20.0)), proj((0.0, 0.0, 10.0, 10.0), P.OUT_OF_VIEW), None, proj(None, P.TOO_SMALL),
+                                proj((300.0, 200.0, 60.0, 80.0), P.TOO_SMALL)])
+    win = search_windows(st, cfg)
+    m = 0.05 * 500.0  # gate_tolerance times the frame diagonal
+    # centre (120, 60) grown by the box's own size and the margin
+    assert win[0] == pytest.approx((120 - 40 - m, 60 - 20 - m, 120 + 40 + m, 60 + 20 + m))
+    assert win[1] is None and win[3] is None  # no search find can match them
+    assert 2 not in win  # dynamic: searched everywhere
+    assert win[4] == pytest.approx((330 - 60 - m, 240 - 80 - m, 330 + 60 + m, 240 + 80 + m))
+    # every box the zone admits passes the gate; one centred just outside it does not
+    x0, y0, x1, y1 = win[0]
+    inside = np.array([[x0 - 20, y0 - 10, 40, 20], [x1 - 20, y1 - 10, 40, 20]])
+    outside = np.array([[x1 - 20 + 1, y0 - 10, 40, 20]])
+    assert geometric_gates_for((100.0, 50.0, 40.0, 20.0), inside, (300, 400), cfg.association.gate_tolerance).all()
+    assert not geometric_gates_for((100.0, 50.0, 40.0, 20.0), outside, (300, 400), cfg.association.gate_tolerance).any()
+    assert search_windows(SimpleNamespace(**{**vars(st), "cam": SimpleNamespace(reliable=False)}), cfg) == {}
+
+
+def test_the_template_scan_inside_a_zone_finds_only_the_copy_centred_there(tmp_path):
+    from worldeval.opis.backends import classical as C
+    from worldeval.opis.perception.reference import build_reference
+
+    case, img = _textured_case(tmp_path)
+    bank = build_reference(case)
+    # instance a (50 x 40 at 20, 20) pasted a second time at (100, 5) of a blank frame with the original
+    frame = np.full_like(img, 128)
+    frame[20:60, 20:70] = img[20:60, 20:70]
+    frame[5:45, 100:150] = img[20:60, 20:70]
+    seg = C.SearchSegmenter(C.SiftMatcher(), search="all")
+    info = seg._prepare(bank)["per"][0]
+    bright = C.value_channel(frame)
+    every = seg._template_route(bank, 0, info, bright, {})
+    assert {(round(o.box[0]), round(o.box[1])) for o in every if o.score > 0.9} == {(20, 20), (100, 5)}
+    # a zone around the copy's centre (125, 25): the original is not scanned at all
+    near = seg._template_route(bank, 0, info, bright, {}, zone=(110.0, 10.0, 140.0, 40.0))
+    best = max(near, key=lambda o: o.score)
+    assert best.score > 0.9 and (round(best.box[0]), round(best.box[1])) == (100, 5)
+    # one place kept inside a zone (zone_peaks=1): the gate lets one find there match the instance
+    assert len(near) == 1
+    wider = C.SearchSegmenter(C.SiftMatcher(), search="all", zone_peaks=2)
+    near2 = wider._template_route(bank, 0, wider._prepare(bank)["per"][0], bright, {}, zone=(110.0, 10.0, 140.0, 40.0))
+    assert 1 <= len(near2) <= 2 and "zone_peaks=2" in wider.versions["segmenter"]
+    # the refinement may walk a weak peak a little, never onto the original 80 px away
+    assert not any(o.box[0] < 60 for o in near2)
+    # observe: an instance whose window is None gets its feature route only; no window, the whole frame
+    obs = seg.observe(frame, reference=bank, windows={0: None})
+    assert not any(o.route == C.ROUTE_TEMPLATE and o.found_for[:1] == ["a"] for o in obs)

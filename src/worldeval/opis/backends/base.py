@@ -125,8 +125,10 @@ class LostOnlySegmenter(Segmenter, Protocol):
     searches_lost_only: bool  # whether it does so in this run
 
     def observe(self, frame: np.ndarray, phrases: list[str], reference=None,
-                followed: set[int] | None = None) -> list[Observation]:
-        """`Segmenter.observe`, searching only for the instances not in `followed` (indices into the bank)."""
+                followed: set[int] | None = None, windows: dict | None = None) -> list[Observation]:
+        """`Segmenter.observe`, searching only for the instances not in `followed` (indices into the bank),
+        and for an instance in `windows` only where a find could match it: the zone (x0, y0, x1, y1) its
+        centre must lie in, or None for nowhere (the camera's geometric gate, `frame.search_windows`)."""
         ...
 
 

@@ -232,8 +232,10 @@ def _nms_peaks(res: np.ndarray, k: int, radius: tuple[int, int]) -> list[tuple[f
 
 
 # search=lost (the default): the template scan runs only for instances without a verified propagated
-# mask in the frame (a followed instance keeps its feature route); search=all: every instance is scanned
-# in every frame, as before 2026-12-05 (docs/backends.md, "Speed on dense scenes")
+# mask in the frame (a followed instance keeps its feature route), and for a static instance a reliable
+# camera places only inside the zone its geometric gate admits (`frame.search_windows`); search=all: every
+# instance is scanned over the whole frame in every frame, as before 2026-12-05 (docs/backends.md,
+# "Speed on dense scenes")
 SEARCH_MODES = ("lost", "all")
 
 
@@ -257,6 +259,7 @@ class SearchSegmenter:
         motion: bool = False,
         search: str = "lost",
         scan_side: int = 480,
+        zone_peaks: int = 1,
     ):
         if search not in SEARCH_MODES:
             raise ValueError(f"search={search!r}: choose {' or '.join(SEARCH_MODES)}")
@@ -276,9 +279,13 @@ class SearchSegmenter:
         self.scan_side = scan_side
         self.scales = scales
         self.template_peaks = template_peaks
+        # places kept inside a gate zone (`observe`'s windows): the camera's gate lets one find there match
+        # the instance, so its best place is enough; a copy beside it is left to the feature route, as for
+        # an instance propagation follows (on the bedroom, tuning: extras on a real video 13 -> 6 at 50 objects)
+        self.zone_peaks = zone_peaks
         self.feature_clusters = feature_clusters
         self.min_inliers = min_inliers
-        self.versions = {"segmenter": f"sift-template-search[side={template_side},scan={scan_side},peaks={template_peaks},"
+        self.versions = {"segmenter": f"sift-template-search[side={template_side},scan={scan_side},peaks={template_peaks},zone_peaks={zone_peaks},"
                                       f"clusters={feature_clusters},min_inliers={min_inliers}"
                                       + (",motion=on" if motion else "") + (",search=all]" if search == "all" else "]")}
 
@@ -306,9 +313,12 @@ class SearchSegmenter:
         bank.cache["classical"] = prep
         return prep
 
-    def observe(self, frame: np.ndarray, phrases=None, reference=None, followed: set[int] | None = None) -> list[Observation]:
+    def observe(self, frame: np.ndarray, phrases=None, reference=None, followed: set[int] | None = None,
+                windows: dict | None = None) -> list[Observation]:
         """Candidates of every reference instance. `followed` (with search=lost): instances whose verified
-        propagated mask stands for them in this frame; they get the feature route only (no template scan)."""
+        propagated mask stands for them in this frame; they get the feature route only (no template scan).
+        `windows` (with search=lost): instance -> the zone (x0, y0, x1, y1) a find's centre must lie in to
+        be matchable to it, or None where no template find can be; the scan then covers that zone only."""
         if reference is None:
             raise ValueError("the classical segmenter searches for reference instances and needs the reference bank")
         bank = reference
@@ -320,7 +330,8 @@ class SearchSegmenter:
         small_frames: dict[float, np.ndarray] = {}
         for i, info in enumerate(prep["per"]):
             cands = self._feature_route(bank, i, info, prep["f0"], f1, all_idx1, frame.shape[:2])
-            if followed and i in followed:
+            zone = windows.get(i, ()) if windows else ()
+            if (followed and i in followed) or zone is None:
                 out.extend(_dedupe(cands))
                 continue
             seeds = [(o.score, o.box[0], o.box[1], o.box[2], o.box[3]) for o in cands]
@@ -329,7 +340,7 @@ class SearchSegmenter:
             # another scale often shows too few of the instance's keypoints for a second cluster).
             firm = bank.tracks[i] == "static" and any(o.score >= self.firm_cluster for o in cands)
             min_peak = self.copy_peak if firm else None
-            cands += self._template_route(bank, i, info, bright, small_frames, seeds, min_peak=min_peak)
+            cands += self._template_route(bank, i, info, bright, small_frames, seeds, min_peak=min_peak, zone=zone or None)
             out.extend(_dedupe(cands))
         # searches for different instances often land on the same object; one observation per
         # place is enough (association decides whose it is) and halves the embedding work
@@ -405,7 +416,10 @@ class SearchSegmenter:
             ))  # fmt: skip
         return obs
 
-    def _template_route(self, bank, i, info, frame, small_frames, seeds=(), min_peak: float | None = None) -> list[Observation]:
+    def _template_route(self, bank, i, info, frame, small_frames, seeds=(), min_peak: float | None = None,
+                        zone: tuple | None = None) -> list[Observation]:
+        """Coarse scan over scales, best peaks refined. `zone` (x0, y0, x1, y1, full-resolution pixels):
+        only template boxes centred inside it are scanned (the frame part that holds them)."""
         import cv2
 
         x, y, w, h = info["box"]
@@ -418,6 +432,7 @@ class SearchSegmenter:
             ).astype(np.float32)
         sf = small_frames[fk]
         found = []
+        peaks = self.template_peaks if zone is None else self.zone_peaks
         for s in self.scales:
             tw, th = max(6, round(w * fk * s)), max(6, round(h * fk * s))
             if tw >= sf.shape[1] or th >= sf.shape[0]:
@@ -425,17 +440,26 @@ class SearchSegmenter:
             t, tm = _sized_template(info, tw, th)
             if t is None:
                 continue
-            res = _finite(cv2.matchTemplate(sf, t, cv2.TM_CCOEFF_NORMED, mask=tm))
-            for v, px, py in _nms_peaks(res, self.template_peaks, (th // 2, tw // 2)):
-                found.append((v, px / fk, py / fk, w * s, h * s))
+            ox, oy, part = 0, 0, sf
+            if zone is not None:
+                # the top-left corners whose box centre lies in the zone, and the template's extent beyond them
+                ox, oy = max(0, int(math.floor(zone[0] * fk - tw / 2))), max(0, int(math.floor(zone[1] * fk - th / 2)))
+                ex = min(sf.shape[1], int(math.ceil(zone[2] * fk + tw / 2)) + 1)
+                ey = min(sf.shape[0], int(math.ceil(zone[3] * fk + th / 2)) + 1)
+                if ex - ox < tw or ey - oy < th:
+                    continue
+                part = sf[oy:ey, ox:ex]
+            res = _finite(cv2.matchTemplate(part, t, cv2.TM_CCOEFF_NORMED, mask=tm))
+            for v, px, py in _nms_peaks(res, peaks, (th // 2, tw // 2)):
+                found.append((v, (ox + px) / fk, (oy + py) / fk, w * s, h * s))
         found.sort(key=lambda r: -r[0])
         if min_peak is not None:
             found = [r for r in found if r[0] >= min_peak]
         # feature-route boxes are refined too: their similarity transform is often a little off
         found = [self._refine(info, frame, r, rounds=1) for r in seeds] + [
-            self._refine(info, frame, r) for r in _spread(found, self.template_peaks + 1)
+            self._refine(info, frame, r) for r in _spread(found, peaks + 1)
         ]
-        return self._place_found(bank, i, info, frame, found, self.template_peaks + len(seeds))
+        return self._place_found(bank, i, info, frame, found, peaks + len(seeds))
 
     def _place_found(self, bank, i, info, frame, found, limit) -> list[Observation]:
         found = sorted(found, key=lambda r: -r[0])
@@ -583,7 +607,7 @@ def _dedupe(cands: list[Observation], iou: float = 0.75) -> list[Observation]:
     return kept
 
 
-_INT_OPTIONS = ("feature_max_side", "nfeatures", "background_features", "template_side", "scan_side", "template_peaks", "feature_clusters",
+_INT_OPTIONS = ("feature_max_side", "nfeatures", "background_features", "template_side", "scan_side", "template_peaks", "zone_peaks", "feature_clusters",
                 "min_inliers", "features_side")
 _FLOAT_OPTIONS = ("cnn_weight", "contrast_floor")
 
@@ -592,7 +616,8 @@ def build_backend(device: str = "cpu", **options) -> Backend:
     """The classical backend. Options (strings from the command line are converted):
     feature_max_side, nfeatures, background_features (the camera's keypoint budget on I0's background),
     template_side, scan_side (int: long side of the frame the template scan runs on, at most; default 480),
-    template_peaks, feature_clusters, min_inliers, features_side (int: long side in pixels of the
+    template_peaks (places kept from a whole-frame scan), zone_peaks (int, default 1: places kept from a scan
+    inside an instance's gate zone, search=lost with a reliable camera), feature_clusters, min_inliers, features_side (int: long side in pixels of the
     frames the propagation stage computes dense features on, default 640), cnn_weight (float, share of the
     CNN part in the descriptor), contrast_floor (float, SIFT contrast threshold of the background budget),
     scales (comma-separated floats),
@@ -600,7 +625,8 @@ def build_backend(device: str = "cpu", **options) -> Backend:
     motion (on | off, default off: frame dynamic instances where the frame moves on its own, from the
     neighbouring video frames; docs/backends.md "Moving parts"),
     search (lost | all, default lost: the template scan runs only for instances without a verified
-    propagated mask in the frame; all scans for every instance in every frame, slower on dense scenes:
+    propagated mask in the frame, and for a static instance the camera places only inside its geometric
+    gate; all scans the whole frame for every instance in every frame, slower on dense scenes:
     docs/backends.md "Speed on dense scenes")."""
     import cv2
     import torch
@@ -633,7 +659,7 @@ def build_backend(device: str = "cpu", **options) -> Backend:
         except (TypeError, ValueError) as exc:
             raise ValueError(f"classical backend option {k}={v!r}: {exc}") from exc
     matcher = SiftMatcher(**{k: opts[k] for k in ("feature_max_side", "nfeatures", "background_features", "contrast_floor") if k in opts})
-    seg_opts = {k: opts[k] for k in ("template_side", "scan_side", "scales", "template_peaks", "feature_clusters", "min_inliers", "motion",
+    seg_opts = {k: opts[k] for k in ("template_side", "scan_side", "scales", "template_peaks", "zone_peaks", "feature_clusters", "min_inliers", "motion",
                                      "search") if k in opts}
     pose, pose_version = (None, "off (pose=none)") if opts.get("pose") == "none" else load_pose()
     features = EfficientNetDenseFeatures(side=opts.get("features_side", 640))

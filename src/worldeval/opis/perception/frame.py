@@ -4,11 +4,14 @@
 over one `FrameState`; each stage reads what earlier stages put there and adds
 its own part:
 
-    observe    -> obs                 backend segmenter's observations of the frame, and its finds of
-                                      dynamic instances at the frame's moving parts (classical)
     camera     -> cam                 I0 -> frame camera from background correspondences
-    project    -> projs, obs          static instances' projected places and visibility states;
-                                      place proposals where the camera puts a static instance
+    project    -> projs               static instances' projected places and visibility states
+    observe    -> obs                 backend segmenter's observations of the frame (a segmenter that
+                                      searches for lost instances only: where the camera's gate lets a
+                                      find match), and its finds of dynamic instances at the frame's
+                                      moving parts (classical)
+    propagate  -> obs                 verified propagated masks
+    propose    -> obs                 place proposals where the camera puts a static instance
     embed      -> obs[*].embedding    appearance descriptors of observations without one
     associate  -> assoc               gates, provenance and keypoint support, one-to-one matching
     identity   -> ambiguous, visibility, appearance
@@ -119,7 +122,8 @@ def checks(backend: Backend, judge=None) -> dict[str, bool]:
 def observe(st: FrameState, backend: Backend, config: EvalConfig | None = None) -> None:
     seg = backend.segmenter
     if isinstance(seg, LostOnlySegmenter) and seg.searches_lost_only:
-        found = seg.observe(st.frame, st.bank.categories, reference=st.bank, followed=followed_instances(st, config))
+        found = seg.observe(st.frame, st.bank.categories, reference=st.bank, followed=followed_instances(st, config),
+                            windows=search_windows(st, config))
     else:
         found = seg.observe(st.frame, st.bank.categories, reference=st.bank)
     st.obs = list(found)
@@ -146,6 +150,31 @@ def followed_instances(st: FrameState, config: EvalConfig | None) -> set[int]:
         if verified(o.propagation, config) and not needs_find(o.propagation, st.bank.tracks[i], config):
             followed.add(i)
     return followed
+
+
+def search_windows(st: FrameState, config: EvalConfig | None) -> dict[int, tuple | None]:
+    """Where a search find could match each static instance the camera places: the zone (x0, y0, x1, y1)
+    its box centre must lie in to pass the geometric gate (`association.geometric_gates_for`: the
+    projected box grown by its own size and the gate's margin), or None where no search find can
+    match it (out of view, or no part of it projected into the frame: only its own propagated mask
+    may). Instances the camera does not place are absent: they are searched over the whole frame.
+    A find outside the zone could only have been an extra or another instance's match; such finds
+    are no longer made (docs/validation.md, "Search where the gate lets a find match")."""
+    if config is None or st.cam is None or not st.cam.reliable or not st.projs:
+        return {}
+    H, W = st.shape
+    margin = config.association.gate_tolerance * float(np.hypot(H, W))
+    out: dict[int, tuple | None] = {}
+    for i, pr in enumerate(st.projs):
+        if pr is None or st.bank.tracks[i] != "static":
+            continue
+        if pr.state == P.OUT_OF_VIEW or pr.box is None:
+            out[i] = None
+            continue
+        px, py, pw, ph = pr.box
+        cx, cy = px + pw / 2, py + ph / 2
+        out[i] = (cx - pw - margin, cy - ph - margin, cx + pw + margin, cy + ph + margin)
+    return out
 
 
 def propose_moving(st: FrameState, backend: Backend) -> None:
@@ -184,8 +213,11 @@ def camera(st: FrameState, backend: Backend, config: EvalConfig) -> None:
     st.cam = estimate_camera(st.bank, st.frame, backend.matcher, holdout=config.camera.holdout, seed=config.seed)
 
 
-def project(st: FrameState, backend: Backend, config: EvalConfig) -> None:
+def project(st: FrameState, config: EvalConfig) -> None:
     st.projs = P.project_instances(st.bank, st.cam, st.shape, min_in_view=config.camera.min_in_view, min_side_px=config.camera.min_side_px)
+
+
+def propose(st: FrameState, backend: Backend, config: EvalConfig) -> None:
     st.obs.extend(propose_places(st, backend.matcher, config))
 
 
@@ -209,6 +241,10 @@ def measure_frame(bank: ReferenceBank, frame: np.ndarray, backend: Backend, conf
     """
     timer = timer or (lambda stage: nullcontext())
     st = FrameState(bank=bank, frame=frame, index=index, neighbours=list(neighbours or []), propagated=propagated)
+    # the camera first: it reads only I0 and the frame, and its projections say where a search find could match
+    with timer("camera"):
+        camera(st, backend, config)
+        project(st, config)
     with timer("observation"):
         if observations is None:
             observe(st, backend, config)
@@ -218,8 +254,7 @@ def measure_frame(bank: ReferenceBank, frame: np.ndarray, backend: Backend, conf
     with timer("propagation"):
         propagate(st, config)
     with timer("camera"):
-        camera(st, backend, config)
-        project(st, backend, config)
+        propose(st, backend, config)
     with timer("embedding"):
         embed(st, backend)
     with timer("association"):

@@ -21,8 +21,10 @@ place.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -314,10 +316,38 @@ def mask_cover(pf: "PropagatedFrame", mask: np.ndarray) -> np.ndarray:
     if hit is not None and hit[0] is mask:
         return hit[1]
     h, w = pf.features.shape[:2]
-    cover = cv2.resize(mask.astype(np.float32), (w, h), interpolation=cv2.INTER_AREA)
+    H, W = mask.shape[:2]
+    x, y, bw, bh = cv2.boundingRect(mask.view(np.uint8) if mask.dtype == bool else (mask != 0).view(np.uint8))
+    # OpenCV's area average (cv2.resize, INTER_AREA) as two weight matrices applied to the mask's box
+    # only: the same shares to float32 rounding, without converting and resizing the whole frame for
+    # every observation (a quarter of the propagation stage's own time on a 25-object frame)
+    sub = mask[y : y + bh, x : x + bw].astype(np.float64)
+    cover = (area_weights(H, h)[:, y : y + bh] @ sub @ area_weights(W, w)[:, x : x + bw].T).astype(np.float32)
     # the mask is kept with its cover: its id cannot be reused by another mask while the entry lives
     pf.covers[id(mask)] = (mask, cover)
     return cover
+
+
+@lru_cache(maxsize=16)
+def area_weights(n: int, m: int) -> np.ndarray:
+    """m x n weights of OpenCV's INTER_AREA resize from n to m samples along one axis (its
+    `computeResizeAreaTab`): each output averages the inputs its interval [k n/m, (k+1) n/m) covers,
+    a partly covered input by the covered share. Read-only: it is shared."""
+    scale = n / m
+    wts = np.zeros((m, n))
+    for k in range(m):
+        f1 = k * scale
+        f2 = f1 + scale
+        cell = min(scale, n - f1)
+        s2 = min(math.floor(f2), n - 1)
+        s1 = min(math.ceil(f1), s2)
+        if s1 - f1 > 1e-3:
+            wts[k, s1 - 1] = (s1 - f1) / cell
+        wts[k, s1:s2] = 1.0 / cell
+        if f2 - s2 > 1e-3:
+            wts[k, s2] = min(f2 - s2, 1.0, cell) / cell
+    wts.setflags(write=False)
+    return wts
 
 
 def mask_cells(pf: "PropagatedFrame", mask: np.ndarray) -> np.ndarray | None:
