@@ -495,3 +495,16 @@ def test_the_template_scan_inside_a_zone_finds_only_the_copy_centred_there(tmp_p
     # observe: an instance whose window is None gets its feature route only; no window, the whole frame
     obs = seg.observe(frame, reference=bank, windows={0: None})
     assert not any(o.route == C.ROUTE_TEMPLATE and o.found_for[:1] == ["a"] for o in obs)
+
+
+def test_gate_zone_is_where_the_geometric_gate_admits_a_centre():
+    from worldeval.opis.perception.association import gate_zone
+
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        proj = tuple(float(v) for v in rng.uniform(0, 300, 4) + [0, 0, 1, 1])
+        x0, y0, x1, y1 = gate_zone(proj, (480, 854), 0.05)
+        # an observation of the projected size (the gate's size test passes), centred anywhere nearby
+        cx, cy = rng.uniform(x0 - 50, x1 + 50), rng.uniform(y0 - 50, y1 + 50)
+        obs = (cx - proj[2] / 2, cy - proj[3] / 2, proj[2], proj[3])
+        assert geometric_gate(proj, obs, (480, 854), 0.05) == (x0 <= cx <= x1 and y0 <= cy <= y1)

@@ -330,17 +330,18 @@ class SearchSegmenter:
         small_frames: dict[float, np.ndarray] = {}
         for i, info in enumerate(prep["per"]):
             cands = self._feature_route(bank, i, info, prep["f0"], f1, all_idx1, frame.shape[:2])
-            zone = windows.get(i, ()) if windows else ()
-            if (followed and i in followed) or zone is None:
+            nowhere = bool(windows) and i in windows and windows[i] is None
+            if (followed and i in followed) or nowhere:
                 out.extend(_dedupe(cands))
                 continue
+            zone = windows.get(i) if windows else None  # None here: the whole frame
             seeds = [(o.score, o.box[0], o.box[1], o.box[2], o.box[3]) for o in cands]
             # A static object already found by a firm SIFT cluster is placed; the scan of the whole
             # frame then only looks for a copy of it, which must correlate strongly (a copy at
             # another scale often shows too few of the instance's keypoints for a second cluster).
             firm = bank.tracks[i] == "static" and any(o.score >= self.firm_cluster for o in cands)
             min_peak = self.copy_peak if firm else None
-            cands += self._template_route(bank, i, info, bright, small_frames, seeds, min_peak=min_peak, zone=zone or None)
+            cands += self._template_route(bank, i, info, bright, small_frames, seeds, min_peak=min_peak, zone=zone)
             out.extend(_dedupe(cands))
         # searches for different instances often land on the same object; one observation per
         # place is enough (association decides whose it is) and halves the embedding work

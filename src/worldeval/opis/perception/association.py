@@ -74,6 +74,10 @@ def attribute_similarity(a: dict, b: dict) -> float | None:
     return float(np.mean([_norm(str(a[k])) == _norm(str(b[k])) for k in keys]))
 
 
+# the geometric gate grows the projected box by this share of its size on each side (plus its margin)
+GATE_GROWTH = 0.5
+
+
 def geometric_gate(proj_box, obs_box, frame_shape, tol_frac: float = 0.05) -> bool:
     """The observation's centre lies within the projected box grown by half its size plus a frame-relative margin."""
     if proj_box is None:
@@ -82,8 +86,8 @@ def geometric_gate(proj_box, obs_box, frame_shape, tol_frac: float = 0.05) -> bo
     ox, oy, ow, oh = obs_box
     cx, cy = ox + ow / 2, oy + oh / 2
     margin = tol_frac * float(np.hypot(*frame_shape))
-    dx = abs(cx - (px + pw / 2)) - (pw / 2 + 0.5 * pw)
-    dy = abs(cy - (py + ph / 2)) - (ph / 2 + 0.5 * ph)
+    dx = abs(cx - (px + pw / 2)) - (pw / 2 + GATE_GROWTH * pw)
+    dy = abs(cy - (py + ph / 2)) - (ph / 2 + GATE_GROWTH * ph)
     if max(dx, dy) > margin:
         return False
     # the camera also fixes the size: a find much larger or smaller than the projection is something else
@@ -102,10 +106,19 @@ def geometric_gates_for(proj_box, obs_boxes: np.ndarray, frame_shape, tol_frac: 
     ox, oy, ow, oh = b.T
     cx, cy = ox + ow / 2, oy + oh / 2
     margin = tol_frac * float(np.hypot(*frame_shape))
-    dx = np.abs(cx - (px + pw / 2)) - (pw / 2 + 0.5 * pw)
-    dy = np.abs(cy - (py + ph / 2)) - (ph / 2 + 0.5 * ph)
+    dx = np.abs(cx - (px + pw / 2)) - (pw / 2 + GATE_GROWTH * pw)
+    dy = np.abs(cy - (py + ph / 2)) - (ph / 2 + GATE_GROWTH * ph)
     r = np.sqrt(np.maximum(ow * oh, 1.0) / max(pw * ph, 1.0))
     return ~(np.maximum(dx, dy) > margin) & (0.6 <= r) & (r <= 1.67)
+
+
+def gate_zone(proj_box, frame_shape, tol_frac: float = 0.05) -> tuple[float, float, float, float]:
+    """(x0, y0, x1, y1): where `geometric_gate` admits an observation's centre (its size test aside)."""
+    px, py, pw, ph = proj_box
+    margin = tol_frac * float(np.hypot(*frame_shape))
+    cx, cy = px + pw / 2, py + ph / 2
+    rx, ry = pw / 2 + GATE_GROWTH * pw + margin, ph / 2 + GATE_GROWTH * ph + margin
+    return (cx - rx, cy - ry, cx + rx, cy + ry)
 
 
 def likeness_matrix(structure: np.ndarray, keypoints: np.ndarray | None, propagation: np.ndarray | None = None) -> np.ndarray:

@@ -36,7 +36,7 @@ from worldeval.opis.backends.base import (EVIDENCE_COMPLETENESS, EVIDENCE_FEATUR
 from worldeval.opis.case import encode_rle
 from worldeval.opis.labels import TRACKS, Status
 from worldeval.opis.perception import projection as P
-from worldeval.opis.perception.association import Association
+from worldeval.opis.perception.association import Association, gate_zone
 from worldeval.opis.perception.camera import CameraEstimate, camera_record, estimate_camera
 from worldeval.opis.perception.config import EvalConfig
 from worldeval.opis.perception.extras import confirm_extras
@@ -154,26 +154,20 @@ def followed_instances(st: FrameState, config: EvalConfig | None) -> set[int]:
 
 def search_windows(st: FrameState, config: EvalConfig | None) -> dict[int, tuple | None]:
     """Where a search find could match each static instance the camera places: the zone (x0, y0, x1, y1)
-    its box centre must lie in to pass the geometric gate (`association.geometric_gates_for`: the
-    projected box grown by its own size and the gate's margin), or None where no search find can
+    its box centre must lie in to pass the geometric gate (`association.gate_zone`: the projected
+    box grown by half its size on each side and the gate's margin), or None where no search find can
     match it (out of view, or no part of it projected into the frame: only its own propagated mask
     may). Instances the camera does not place are absent: they are searched over the whole frame.
     A find outside the zone could only have been an extra or another instance's match; such finds
     are no longer made (docs/validation.md, "Search where the gate lets a find match")."""
     if config is None or st.cam is None or not st.cam.reliable or not st.projs:
         return {}
-    H, W = st.shape
-    margin = config.association.gate_tolerance * float(np.hypot(H, W))
     out: dict[int, tuple | None] = {}
     for i, pr in enumerate(st.projs):
         if pr is None or st.bank.tracks[i] != "static":
             continue
-        if pr.state == P.OUT_OF_VIEW or pr.box is None:
-            out[i] = None
-            continue
-        px, py, pw, ph = pr.box
-        cx, cy = px + pw / 2, py + ph / 2
-        out[i] = (cx - pw - margin, cy - ph - margin, cx + pw + margin, cy + ph + margin)
+        gone = pr.state == P.OUT_OF_VIEW or pr.box is None
+        out[i] = None if gone else gate_zone(pr.box, st.shape, config.association.gate_tolerance)
     return out
 
 
