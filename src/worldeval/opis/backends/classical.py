@@ -281,7 +281,7 @@ class SearchSegmenter:
         self.template_peaks = template_peaks
         # places kept inside a gate zone (`observe`'s windows): the camera's gate lets one find there match
         # the instance, so its best place is enough; a copy beside it is left to the feature route, as for
-        # an instance propagation follows (on the bedroom, tuning: extras on a real video 13 -> 6 at 50 objects)
+        # an instance propagation follows (on the bedroom, tuning, 50 objects: 6 extras on the real video, 13 with two places kept)
         self.zone_peaks = zone_peaks
         self.feature_clusters = feature_clusters
         self.min_inliers = min_inliers

@@ -310,14 +310,12 @@ def part_match(pf: "PropagatedFrame", mask: np.ndarray, k: int) -> float | None:
 def mask_cover(pf: "PropagatedFrame", mask: np.ndarray) -> np.ndarray:
     """h x w share of each feature cell the mask covers (area-averaged). Kept per mask for the frame
     (a frame's observation masks are made once and never edited)."""
-    import cv2
-
     hit = pf.covers.get(id(mask))
     if hit is not None and hit[0] is mask:
         return hit[1]
     h, w = pf.features.shape[:2]
     H, W = mask.shape[:2]
-    x, y, bw, bh = cv2.boundingRect(mask.view(np.uint8) if mask.dtype == bool else (mask != 0).view(np.uint8))
+    x, y, bw, bh = (int(v) for v in mask_box(mask))
     # OpenCV's area average (cv2.resize, INTER_AREA) as two weight matrices applied to the mask's box
     # only: the same shares to float32 rounding, without converting and resizing the whole frame for
     # every observation (a quarter of the propagation stage's own time on a 25-object frame)
