@@ -25,7 +25,7 @@ from worldeval.opis.backends.efficientnet import torch_threads
 from worldeval.opis.case import Case, Geometry, default_intrinsics
 from worldeval.opis.perception.config import EvalConfig
 from worldeval.opis.perception.frame import measure_frame
-from worldeval.opis.perception.motion import neighbour_offset, wants_motion
+from worldeval.opis.perception.motion import motion_wanted, neighbour_offset
 from worldeval.opis.perception.propagation import build_propagation_reference, propagate_rollout, propagation_grid
 from worldeval.opis.perception.reference import ReferenceBank, build_reference
 
@@ -154,9 +154,9 @@ def _observe_batch(bank: ReferenceBank, frames: list[np.ndarray], backend: Backe
     return obs
 
 
-def _neighbour_indices(indices: list[int], info, bank: ReferenceBank, backend: Backend) -> dict[int, tuple[int, ...]]:
+def _neighbour_indices(indices: list[int], info, case: Case, backend: Backend) -> dict[int, tuple[int, ...]]:
     """Per sampled frame, the video frames its moving-object proposals compare it with (none: not wanted)."""
-    if not wants_motion(bank, backend):
+    if not motion_wanted([inst.followed_as for inst in case.instances], backend):
         return {}
     k = neighbour_offset(info.fps)
     return {t: tuple(n for n in (t - k, t + k) if 0 <= n < info.num_frames) for t in indices}
@@ -174,6 +174,36 @@ def propagation_reference(bank: ReferenceBank, backend: Backend):
     if key not in bank.cache:
         bank.cache[key] = build_propagation_reference(bank.image, bank.masks, backend.features)
     return bank.cache[key]
+
+
+def _decode_beside_reference(case: Case, video: Path, info, indices: list[int], grid: list[int], backend: Backend,
+                             config: EvalConfig, timer):
+    """(reference bank, motion neighbours, decoded frames by index, the sampled frames).
+
+    The reference side (I0's crop descriptors, its propagation features) reads only the case: it is
+    built on a thread of its own while the video decodes, each part with the torch thread count it
+    always had (the floats depend on it; the archive is the same bit for bit)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1) as side:
+        ref_side = side.submit(_reference_side, case, backend, bool(grid), timer)
+        with timer("decode"):
+            near = _neighbour_indices(indices, info, case, backend)
+            wanted = sorted(set(indices) | set(grid) | {n for pair in near.values() for n in pair})
+            decoded = decode_frames(video, indices=wanted, max_side=config.max_side)
+            by_index = dict(zip(wanted, decoded.frames))
+            sampled = SampledFrames(info=decoded.info, indices=list(indices), frames=[by_index[i] for i in indices])
+        return ref_side.result(), near, by_index, sampled
+
+
+def _reference_side(case: Case, backend: Backend, propagating: bool, timer) -> ReferenceBank:
+    """The case's reference bank and, when the propagation stage runs, its I0 reference (both cached)."""
+    with timer("embedding"):
+        bank = reference_for(case, backend)
+    if propagating:
+        with timer("propagation"), torch_threads(_frame_threads()):
+            propagation_reference(bank, backend)
+    return bank
 
 
 def _propagate(bank: ReferenceBank, backend: Backend, frames: dict, grid: list[int], indices: list[int], config: EvalConfig) -> dict:
@@ -205,15 +235,8 @@ def evaluate_rollout(
                                        config.max_frames, config.first_frame)
         if not indices:
             raise MediaError(video, f"too short to sample: {info.num_frames} frames at {info.fps:g} fps")
-    with timer("embedding"):
-        bank = reference_for(case, backend)
     grid = _propagation_grid(info, indices, backend, config)
-    with timer("decode"):
-        near = _neighbour_indices(indices, info, bank, backend)
-        wanted = sorted(set(indices) | set(grid) | {n for pair in near.values() for n in pair})
-        decoded = decode_frames(video, indices=wanted, max_side=config.max_side)
-        by_index = dict(zip(wanted, decoded.frames))
-        sampled = SampledFrames(info=decoded.info, indices=list(indices), frames=[by_index[i] for i in indices])
+    bank, near, by_index, sampled = _decode_beside_reference(case, video, info, indices, grid, backend, config, timer)
     with timer("propagation"):
         propagated = _propagate(bank, backend, by_index, grid, indices, config)
     for i in set(grid) - set(indices) - {n for pair in near.values() for n in pair}:

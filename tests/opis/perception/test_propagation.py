@@ -507,3 +507,53 @@ def test_a_weak_static_mask_needs_its_own_find(track, core, with_find, joins):
         assert len(st.obs) == 1  # the find at the same place is the same object: the mask stands for both
     # with search=lost the search still looks for an instance whose weak static mask needs a find
     assert (0 in F.followed_instances(st, config)) is (track == "dynamic" or core >= 0.5)
+
+
+def _full_frame_masks(lab, carried, shape, threshold):
+    """The propagated masks by their definition, every pixel of the frame tested (no window)."""
+    import cv2
+
+    H, W = shape
+    ups = {k: cv2.resize(lab[k + 1], (W, H), interpolation=cv2.INTER_LINEAR) for k in range(lab.shape[0] - 1)
+           if (lab[k + 1] > 0.5).any()}
+    top = np.max(np.stack(list(ups.values())), 0) if len(ups) > 1 else None
+    out = {}
+    for k, up in ups.items():
+        m = up > threshold
+        if top is not None:
+            m &= up >= top
+        m &= cv2.resize(carried[k], (W, H), interpolation=cv2.INTER_LINEAR) >= 0.5 * up
+        if m.any():
+            out[k] = (m, float(up[m].mean()), m & (up > 0.5))
+    return out
+
+
+@pytest.mark.parametrize("cells, shape, threshold", [((9, 16), (90, 160), 0.3), ((7, 11), (61, 97), 0.5),
+                                                     ((5, 8), (37, 59), 0.3), ((12, 20), (540, 960), 0.3)])
+def test_propagated_masks_from_the_label_window_equal_the_whole_frame_test(cells, shape, threshold):
+    # random soft labels of four instances, each a blob placed at random, some touching the border
+    rng = np.random.default_rng(sum(cells) + shape[0])
+    h, w = cells
+    K = 4
+    yy, xx = np.mgrid[0:h, 0:w]
+    blobs = []
+    for _ in range(K):
+        cy, cx, r = rng.uniform(0, h), rng.uniform(0, w), rng.uniform(0.8, 3.0)
+        blobs.append(np.exp(-((yy - cy) ** 2 + (xx - cx) ** 2) / (2 * r * r)) * rng.uniform(0.6, 1.6))
+    raw = np.stack([np.full((h, w), 0.3)] + blobs).astype(np.float32)
+    lab = (raw / raw.sum(0, keepdims=True)).astype(np.float32)
+    carried = (lab[1:] * rng.uniform(0.3, 1.0, (K, h, w))).astype(np.float32)
+    ref = PR.PropagationReference(_onehot(h, w), np.zeros((K + 1, h, w), np.float32), np.full(K, 0.1))
+    pf = PR.PropagatedFrame(index=8, labels=lab, features=_onehot(h, w), reference=ref, carried=carried)
+    ids = [f"i{k}" for k in range(K)]
+    bank = type("Bank", (), {"categories": ids, "ids": ids, "__len__": lambda self: K})()
+    got = {int(o.found_for[0][1:]): o for o in PR.propagated_observations(bank, np.zeros((*shape, 3), np.uint8), pf, threshold)}
+    want = _full_frame_masks(lab, carried, shape, threshold)
+    assert set(got) == set(want) and want
+    for k, (m, conf, core) in want.items():
+        o = got[k]
+        np.testing.assert_array_equal(o.mask, m)
+        np.testing.assert_array_equal(o.core_mask, core)
+        assert o.propagation.confidence == conf  # the same pixels in the same order: the same mean, bit for bit
+        ys, xs = np.nonzero(m)
+        assert o.box == (xs.min(), ys.min(), xs.max() - xs.min() + 1, ys.max() - ys.min() + 1)

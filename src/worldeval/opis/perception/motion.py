@@ -52,7 +52,12 @@ def neighbour_offset(fps: float) -> int:
 
 def wants_motion(bank, backend) -> bool:
     """Moving parts are looked for when the segmenter frames instances there, on a case with a dynamic instance."""
-    return frames_moving_parts(backend) and any(t != "static" for t in bank.tracks)
+    return motion_wanted(bank.tracks, backend)
+
+
+def motion_wanted(tracks, backend) -> bool:
+    """`wants_motion` from the instances' tracks alone (before the reference bank is built)."""
+    return frames_moving_parts(backend) and any(t != "static" for t in tracks)
 
 
 def frames_moving_parts(backend) -> bool:

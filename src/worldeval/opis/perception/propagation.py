@@ -395,22 +395,54 @@ def propagated_observations(bank, frame: np.ndarray, pf: PropagatedFrame, thresh
         up = ups[k]
         if up is None:
             continue
-        mask = up > threshold
+        # every per-pixel test below needs up > threshold, which only the frame part around the cells
+        # above it can reach: the tests run on that part (`_label_window`) and the rest stays False
+        win = _label_window(pf.labels[k + 1], threshold, (H, W))
+        if win is None:
+            continue
+        ys, xs = win
+        u = up[ys, xs]
+        part = u > threshold
         if top is not None:
-            mask &= up >= top
+            part &= u >= top[ys, xs]
         if pf.carried is not None:
-            mask &= cv2.resize(pf.carried[k], (W, H), interpolation=cv2.INTER_LINEAR) >= 0.5 * up
-        if not mask.any():
+            part &= cv2.resize(pf.carried[k], (W, H), interpolation=cv2.INTER_LINEAR)[ys, xs] >= 0.5 * u
+        if not part.any():
             continue
         cells = pf.labels[k + 1] > 0.5
-        core = mask & (up > 0.5)
+        core_part = part & (u > 0.5)
+        mask, core = np.zeros((H, W), bool), np.zeros((H, W), bool)
+        mask[ys, xs], core[ys, xs] = part, core_part
+        x, y, w, h = mask_box(part)
         mass = float(pf.labels[k + 1].mean()) / max(float(ref.mass[k]), 1e-9)
-        ev = PropagationEvidence(mass=mass, confidence=float(up[mask].mean()), object_share=object_share(ref, pf.features, cells, k, pf.labels),
-                                 carried=carried_share(pf, cells, k), core=float(core.sum()) / float(mask.sum()))
-        out.append(Observation(mask=mask, box=mask_box(mask), category=bank.categories[k], score=ev.confidence,
+        ev = PropagationEvidence(mass=mass, confidence=float(u[part].mean()), object_share=object_share(ref, pf.features, cells, k, pf.labels),
+                                 carried=carried_share(pf, cells, k), core=float(core_part.sum()) / float(part.sum()))
+        out.append(Observation(mask=mask, box=(x + xs.start, y + ys.start, w, h), category=bank.categories[k], score=ev.confidence,
                                source="propagation", route=ROUTE_PROPAGATED, found_for=[bank.ids[k]], propagation=ev,
                                core_mask=core))
     return out
+
+
+def _label_window(label: np.ndarray, threshold: float, shape: tuple[int, int]) -> tuple[slice, slice] | None:
+    """(rows, columns) of the frame outside which a label map upsampled bilinearly to `shape` stays at or
+    below `threshold`; None where no cell exceeds it.
+
+    OpenCV's bilinear upsampling makes output pixel x from cells floor(fx) and floor(fx) + 1, fx = (x + 0.5)
+    w / W - 0.5: a convex combination, so it exceeds the threshold only next to a cell that does. The
+    cells are taken a hair below the threshold and the window two pixels wider than that reach, so
+    float rounding cannot put a pixel above it outside."""
+    rows, cols = np.nonzero(label > threshold - 1e-6)
+    if not len(rows):
+        return None
+    h, w = label.shape
+    H, W = shape
+
+    def reach(c0: int, c1: int, n: int, N: int) -> slice:
+        lo = math.floor((c0 - 0.5) * N / n - 0.5) - 2
+        hi = math.ceil((c1 + 1.5) * N / n - 0.5) + 2
+        return slice(max(0, lo), min(N, hi))
+
+    return reach(int(rows.min()), int(rows.max()), h, H), reach(int(cols.min()), int(cols.max()), w, W)
 
 
 def carried_share(pf: PropagatedFrame, cells: np.ndarray, k: int) -> float:
