@@ -17,8 +17,7 @@ def test_fused_conv_clamp_equals_convolution_then_clamp(last_block, head, shape)
         pytest.skip("this torch has no fused oneDNN convolution")
     plain = E._FusedTrunk(model, last_block, head)
     plain.fused = False  # F.conv2d, then clamp_ in place
-    x = torch.Generator().manual_seed(0)
-    inp = torch.randn(shape, generator=x)
+    inp = torch.randn(shape, generator=torch.Generator().manual_seed(0))
     with torch.inference_mode():
         a, b = fused(inp), plain(inp)
     assert a.shape == b.shape
