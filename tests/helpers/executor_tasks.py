@@ -96,3 +96,10 @@ def die_after_return(x: int) -> int:
 
         threading.Timer(0.1, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
     return x * x
+
+
+def frames_in_flight(_: int) -> int:
+    """The frames one rollout measures at once in this worker (`opis.evaluate._frame_threads`)."""
+    from worldeval.opis.evaluate import _frame_threads
+
+    return _frame_threads()

@@ -14,6 +14,7 @@ from typing import Any, Callable
 from worldeval.executor.errors import ItemError
 
 _WORKER_CACHE: dict[Any, Any] = {}
+_THREADS: int | None = None  # this worker's share of the cores (set_threads), None outside a worker
 
 
 def worker_cache(key: Any, factory: Callable[[], Any]) -> Any:
@@ -37,8 +38,10 @@ def set_threads(threads: int | None) -> None:
     which is why they are set in the worker initializer; libraries that are
     already loaded are capped through their own call.
     """
+    global _THREADS
     if not threads:
         return
+    _THREADS = int(threads)
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
         os.environ[var] = str(threads)
     if "torch" in sys.modules:
@@ -51,6 +54,11 @@ def set_threads(threads: int | None) -> None:
             sys.modules["cv2"].setNumThreads(threads)
         except Exception:
             pass
+
+
+def worker_threads() -> int | None:
+    """The cores this worker process was given (`set_threads`); None in a process that is no worker."""
+    return _THREADS
 
 
 _STARTED = None  # shared flag: a worker of this pool began an item (set in pool workers only)

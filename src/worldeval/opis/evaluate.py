@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from worldeval.executor.worker import worker_threads
 from worldeval.media import MediaError, SampledFrames, decode_frames, probe_video, sample_frame_indices
 from worldeval.opis.archive import COLUMNS
 from worldeval.opis.backends import registry
@@ -101,9 +102,10 @@ def reference_for(case: Case, backend: Backend) -> ReferenceBank:
 def _frame_threads() -> int:
     """Frames measured at once inside one rollout.
 
-    WORLDEVAL_FRAME_THREADS overrides. By default two in the main process (a single
-    rollout, the demo, a benchmark) and one inside pool workers, which already
-    share the cores between rollouts.
+    WORLDEVAL_FRAME_THREADS overrides. By default at most two: in the main process (a single
+    rollout, the demo, a benchmark) two where there are two cores; in a pool worker or Ray actor
+    as many as its share of the cores allows (`opis eval`'s default one worker on two cores: two,
+    where it once took one and left a core idle; two workers on two cores: one each).
     """
     import multiprocessing
     import os
@@ -111,6 +113,9 @@ def _frame_threads() -> int:
     env = os.environ.get("WORLDEVAL_FRAME_THREADS")
     if env:
         return max(1, int(env))
+    share = worker_threads()
+    if share is not None:
+        return max(1, min(2, share))
     if multiprocessing.parent_process() is not None:
         return 1
     return max(1, min(2, os.cpu_count() or 1))
