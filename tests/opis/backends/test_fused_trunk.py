@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -26,3 +27,32 @@ def test_fused_conv_clamp_equals_convolution_then_clamp(last_block, head, shape)
     with torch.inference_mode():
         y = fused._conv(fused.stem, inp.contiguous(memory_format=torch.channels_last))
     assert float(y.min()) >= 0.0 and float(y.max()) <= 6.0
+
+
+@pytest.mark.parametrize("n", [0, 1, 15, 16, 31, 32, 36, 78])
+def test_crop_chunks_cover_every_crop_once_in_runs_of_at_least_sixteen(n):
+    parts = E.crop_chunks(n)
+    assert [i for p in parts for i in range(n)[p]] == list(range(n))
+    sizes = [p.stop - p.start for p in parts]
+    assert max(sizes) - min(sizes) <= 1
+    assert n < 2 * E.CROP_CHUNK and len(parts) == 1 or min(sizes) >= E.CROP_CHUNK
+    assert {36: [18, 18], 78: [20, 20, 19, 19]}.get(n, sizes) == sizes
+
+
+def test_embedding_in_runs_gives_the_bits_of_one_batch(monkeypatch):
+    rng = np.random.default_rng(3)
+    image = rng.integers(0, 256, (240, 320, 3), dtype=np.uint8)
+    boxes = [(int(x), int(y), int(w), int(h)) for x, y, w, h in zip(rng.integers(0, 250, 40), rng.integers(0, 180, 40),
+                                                                      rng.integers(8, 70, 40), rng.integers(8, 60, 40))]
+    masks = []
+    for x, y, w, h in boxes:
+        m = np.zeros(image.shape[:2], bool)
+        m[y : y + h, x : x + w] = True
+        masks.append(m)
+    emb = E.EfficientNetColourEmbedder()
+    runs = emb.embed(image, masks, boxes)  # 40 crops: two runs of 20
+    monkeypatch.setattr(E, "CROP_CHUNK", 1000)
+    monkeypatch.setattr(E.crop_chunks, "__defaults__", (1000,))
+    one = emb.embed(image, masks, boxes)
+    assert runs.shape == (40, emb.dim)
+    np.testing.assert_array_equal(runs, one)
