@@ -51,8 +51,7 @@ def test_embedding_in_runs_gives_the_bits_of_one_batch(monkeypatch):
         masks.append(m)
     emb = E.EfficientNetColourEmbedder()
     runs = emb.embed(image, masks, boxes)  # 40 crops: two runs of 20
-    monkeypatch.setattr(E, "CROP_CHUNK", 1000)
-    monkeypatch.setattr(E.crop_chunks, "__defaults__", (1000,))
+    monkeypatch.setattr(E, "CROP_CHUNK", 1000)  # the same 40 crops in one batch
     one = emb.embed(image, masks, boxes)
     assert runs.shape == (40, emb.dim)
     np.testing.assert_array_equal(runs, one)
