@@ -127,10 +127,10 @@ def _crop(image: np.ndarray, mask: np.ndarray, box) -> tuple[np.ndarray, np.ndar
 CROP_CHUNK = 16
 
 
-def crop_chunks(n: int, least: int | None = None) -> list[slice]:
-    """0..n in as many runs of at least `least` (default CROP_CHUNK) as fit, their sizes within one of
-    each other (one run when n < 2 * least)."""
-    k = max(1, n // (CROP_CHUNK if least is None else least))
+def crop_chunks(n: int) -> list[slice]:
+    """0..n in as many runs of at least CROP_CHUNK as fit, their sizes within one of each other
+    (one run when n < 2 * CROP_CHUNK)."""
+    k = max(1, n // CROP_CHUNK)
     base, extra = divmod(n, k)
     out, start = [], 0
     for r in range(k):
