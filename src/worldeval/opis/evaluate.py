@@ -224,7 +224,7 @@ def _propagate(bank: ReferenceBank, backend: Backend, frames: dict, grid: list[i
     # each step needs the one before, so the frames cannot share the cores: the network may
     # use all of them here (the crop embedder keeps to one thread while frames run in parallel)
     with torch_threads(_frame_threads()):
-        return propagate_rollout(propagation_reference(bank, backend), frames, grid, indices, backend.features, config)
+        return propagate_rollout(propagation_reference(bank, backend), frames, grid, indices, backend.features, config, bank.image)
 
 
 def evaluate_rollout(

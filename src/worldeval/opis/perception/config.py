@@ -61,6 +61,9 @@ class ExtrasConfig(BaseModel):
     margin: float = 0.1  # ... and nearly as much as the matched instance it resembles, unless found strongly:
     feature_score: float = 0.44  # feature-route score n/(n+10): >= 8 RANSAC inliers
     template_score: float = 0.85  # template-route normalised cross-correlation
+    # new static content followed over the propagation grid (perception/persistent.py): needs the
+    # propagation stage; off gives the extras of the search and change routes alone
+    persistent: bool = True
 
 
 class PropagationConfig(BaseModel):

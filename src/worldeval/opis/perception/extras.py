@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from worldeval.geometry import MaskStats, box_iou, same_place
-from worldeval.opis.backends.base import ROUTE_OPEN, ROUTE_PROJECTION, ROUTE_PROPAGATED, ROUTE_TEMPLATE
+from worldeval.geometry import MaskStats, box_iou, mask_box, same_place
+from worldeval.opis.backends.base import ROUTE_OPEN, ROUTE_PROJECTION, ROUTE_PROPAGATED, ROUTE_TEMPLATE, Observation
 from worldeval.opis.perception import projection as P
 from worldeval.opis.perception.changes import change_candidates
 from worldeval.opis.perception.likeness import structure_similarity
+from worldeval.opis.perception.persistent import ROUTE_PERSISTENT
 
 UNACCOUNTED = (P.OCCLUDED, P.OUT_OF_VIEW, P.UNKNOWN, P.TOO_SMALL)  # reference states an unmatched find may be
 WHOLE = 0.85  # completeness a strong find needs to count as a copy on its own
@@ -73,10 +74,32 @@ def _explained(st, j: int, i_best: int, strong: bool, matched: set, conf: float,
 
 
 
-def new_content_extras(st, seen, config) -> None:
-    """Add confirmed change-route candidates to the observations and the extras."""
-    cands = [c for c in change_candidates(st, seen)
-             if not any(same_place(c.mask, st.obs[k].mask) for k in st.extras)]
+def persistent_candidates(st) -> list[Observation]:
+    """The propagation grid's new static content in this frame (`persistent.py`), as observations; a
+    region at a matched observation's place or a static instance's projected place is not new."""
+    masks = st.propagated.new_content if st.propagated is not None else []
+    if not masks:
+        return []
+    stats = MaskStats()
+    # a small thing inside a much larger matched object may be new (a cup on a table). A matched
+    # propagated mask is no place here: the route already keeps out its instance's label carried along
+    # its track, and the mask (raw labels at `mask_threshold`) spreads over new things beside the track
+    # (tuning, bmx-trees: the rider's mask over a third of a cat pasted 100 px from him)
+    places = [(st.obs[j].mask, True) for j in st.assoc.match if j is not None and st.obs[j].route != ROUTE_PROPAGATED]
+    places += [(pr.mask, False) for pr in st.projs if pr is not None and pr.mask is not None]
+    out = []
+    for m in masks:
+        if any(same_place(m, p, allow_inside_larger=a, stats=stats) for p, a in places):
+            continue
+        box = mask_box(m)
+        out.append(Observation(mask=m, box=box, category=None, score=float(m.sum()) / max(1.0, box[2] * box[3]),
+                               source=ROUTE_PERSISTENT, route=ROUTE_PERSISTENT))
+    return out
+
+
+def new_content_extras(st, cands: list[Observation], config) -> None:
+    """Add confirmed new-content candidates (change or persistent route) to the observations and the extras."""
+    cands = [c for c in cands if not any(same_place(c.mask, st.obs[k].mask) for k in st.extras)]
     if not cands:
         return
     corr, energy = structure_similarity(st.bank, st.frame, cands)
@@ -99,10 +122,12 @@ def _like_enough(likeness, i: int, j: int, floor: float) -> bool:
 def confirm_extras(st, config) -> None:
     st.extras = []
     seen = P.seen_region(st.bank, st.cam, st.shape)
-    if seen is None:
-        return
-    search_extras(st, seen, config)
-    new_content_extras(st, seen, config)
+    if seen is not None:
+        search_extras(st, seen, config)
+        new_content_extras(st, change_candidates(st, seen), config)
+    # the persistent route carries its own view of what I0 showed (the chained background), so it
+    # names extras where the frame's camera cannot
+    new_content_extras(st, persistent_candidates(st), config)
 
 
 def search_extras(st, seen, config) -> None:

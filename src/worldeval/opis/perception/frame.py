@@ -317,6 +317,6 @@ def frame_records(st: FrameState) -> FrameResult:
         })  # fmt: skip
         objects.append({
             "instance_id": None, "category": obs[j].category, "status": Status.EXTRA, "box": _box_list(obs[j].box),
-            "appearance": None, "structure": None,
+            "appearance": None, "structure": None, "route": obs[j].route,
         })  # fmt: skip
     return FrameResult(rows, objects, masks, camera_record(st.cam))

@@ -30,6 +30,7 @@ import numpy as np
 
 from worldeval.geometry import mask_box
 from worldeval.opis.backends.base import ROUTE_PROPAGATED, DenseFeatures, Observation, PropagationEvidence
+from worldeval.opis.perception.persistent import PersistentContent
 from worldeval.opis.perception.projection import OCCLUDED, OUT_OF_VIEW
 
 BACKGROUND = 0  # label channel of the background; instance k is channel k + 1
@@ -46,6 +47,7 @@ class PropagatedFrame:
     reference: "PropagationReference | None" = None  # I0's side, which verification compares with
     part_floor: float | None = None  # the features' `part_floor`: the part match a search find needs where propagation lost its instance
     carried: np.ndarray | None = None  # K x h x w: the part of each instance's label carried along its own track
+    new_content: list[np.ndarray] = field(default_factory=list)  # full-resolution masks of new static content (`persistent.py`)
     # observation masks already brought to the feature grid (`mask_cover`, `mask_cells`): each mask is
     # compared with many instances, and resizing it cost more than the comparison
     cells: dict = field(default_factory=dict, repr=False, compare=False)
@@ -223,21 +225,25 @@ def _last_seen(labels: np.ndarray, k: int, min_cells: float = 0.5, edge_band: fl
 
 
 def propagate_rollout(ref: PropagationReference, frames: dict[int, np.ndarray], grid: list[int], sampled: list[int],
-                      features: DenseFeatures, config) -> dict[int, PropagatedFrame]:
+                      features: DenseFeatures, config, image0: np.ndarray | None = None) -> dict[int, PropagatedFrame]:
     """Propagate I0's labels over `grid` (frames: index -> RGB); the sampled frames' results."""
-    return dict(iter_propagation(ref, frames, grid, sampled, features, config))
+    return dict(iter_propagation(ref, frames, grid, sampled, features, config, image0))
 
 
 def iter_propagation(ref: PropagationReference, frames: dict[int, np.ndarray], grid: list[int], sampled: list[int],
-                     features: DenseFeatures, config):
-    """(index, PropagatedFrame) of each sampled frame, in order, as soon as propagation reaches it."""
+                     features: DenseFeatures, config, image0: np.ndarray | None = None):
+    """(index, PropagatedFrame) of each sampled frame, in order, as soon as propagation reaches it.
+    With I0 (`image0`) and `extras.persistent` on, the grid also feeds the new-static-content route."""
     prop = LabelPropagator(ref, topk=config.propagation.topk, temperature=config.propagation.temperature,
                            memory=config.propagation.memory, radius=config.propagation.radius)
+    content = PersistentContent(image0, ref.labels[1:]) if image0 is not None and config.extras.persistent else None
     want = set(sampled)
     last: list[tuple | None] = [None] * ref.n
     for t in grid:
         f = np.asarray(features.dense(frames[t]), np.float32)
         lab = prop.step(f)
+        if content is not None:
+            content.step(t, frames[t], prop.carried if prop.carried is not None else lab[1:])
         seen_before = list(last)
         # where each object's own track was (not where I0's memory found a look-alike): a removed
         # car is not "out of view" because another car leaves the frame
@@ -248,7 +254,8 @@ def iter_propagation(ref: PropagationReference, frames: dict[int, np.ndarray], g
                 last[k] = seen
         if t in want:
             yield t, PropagatedFrame(index=t, labels=lab, features=f, last_seen=seen_before, reference=ref,
-                                     part_floor=features.part_floor, carried=prop.carried)
+                                     part_floor=features.part_floor, carried=prop.carried,
+                                     new_content=content.candidates() if content is not None else [])
 
 
 def surround(cells: np.ndarray, background: np.ndarray, gap: int = 1, width: int = 2) -> np.ndarray:

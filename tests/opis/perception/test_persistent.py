@@ -1,0 +1,91 @@
+"""The persistent route (perception/persistent.py) on a real photo panned by a known camera."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests.helpers.paths import SHARED_DATA
+from worldeval.opis.perception.persistent import PersistentContent
+
+PHOTO = SHARED_DATA / "coco_multiobj" / "images" / "000000000142.jpg"
+W, H, PAN = 400, 260, 3  # the view's size and its pan to the right, pixels a frame
+GRID = list(range(4, 25, 4))
+PATCH = (150, 90, 60, 50)  # x, y, w, h of the pasted patch in I0's view
+
+
+def _photo() -> np.ndarray:
+    if not PHOTO.exists():
+        pytest.skip(f"shared data missing: {PHOTO}")
+    return np.asarray(Image.open(PHOTO).convert("RGB"))
+
+
+def _patch() -> np.ndarray:
+    """A colour ramp (red across, green down, blue high) that nothing near its place in I0 resembles and
+    that differs from itself shifted: a moving patch is never the same in two grid frames."""
+    _, _, w, h = PATCH
+    yy, xx = np.mgrid[0:h, 0:w]
+    return np.stack([255 * xx // (w - 1), 255 * yy // (h - 1), np.full_like(xx, 230)], axis=2).astype(np.uint8)
+
+
+def _view(photo: np.ndarray, t: int, paste_from: int | None = None, drift: int = 0) -> np.ndarray:
+    """Frame t of the pan; the patch stands on the scene from `paste_from` on (moving `drift` px a frame in it)."""
+    x0 = PAN * t
+    scene = photo[:H, : W + PAN * 40].copy()
+    if paste_from is not None and t >= paste_from:
+        px, py, w, h = PATCH
+        px += drift * t
+        scene[py : py + h, px : px + w] = _patch()
+    return np.ascontiguousarray(scene[:, x0 : x0 + W])
+
+
+def _run(photo, **paste) -> dict[int, list[np.ndarray]]:
+    labels = np.zeros((0, H // 16, W // 16), np.float32)  # no instances
+    pc = PersistentContent(_view(photo, 0), labels)
+    out = {}
+    for t in GRID:
+        pc.step(t, _view(photo, t, **paste), labels)
+        out[t] = pc.candidates()
+    return out
+
+
+def test_faithful_pan_has_no_new_content():
+    photo = _photo()
+    assert all(c == [] for c in _run(photo).values())
+
+
+def test_pasted_patch_is_found_once_it_has_stood_for_the_window():
+    photo = _photo()
+    out = _run(photo, paste_from=2)
+    # the patch is in every grid frame; the first has no window yet, the window needs two grid frames before
+    assert out[4] == [] and out[8] == []
+    for t in GRID[2:]:
+        assert len(out[t]) == 1, t
+        m = out[t][0]
+        want = np.zeros((H, W), bool)
+        px, py, w, h = PATCH
+        want[py : py + h, px - PAN * t : px - PAN * t + w] = True
+        iou = (m & want).sum() / (m | want).sum()
+        assert iou > 0.7, (t, iou)
+
+
+def test_moving_patch_is_not_static_content():
+    photo = _photo()
+    assert all(c == [] for c in _run(photo, paste_from=2, drift=4).values())
+
+
+def test_labelled_place_is_not_new_content():
+    """Content under an instance's propagated label (here: the whole patch, every frame) belongs to it."""
+    photo = _photo()
+    px, py, w, h = PATCH
+    pc_labels = {}
+    for t in [0] + GRID:
+        lab = np.zeros((1, H // 16, W // 16), np.float32)
+        x0 = (px - PAN * t) // 16
+        lab[0, py // 16 : (py + h) // 16 + 1, max(0, x0) : (px - PAN * t + w) // 16 + 1] = 1.0
+        pc_labels[t] = lab
+    pc = PersistentContent(_view(photo, 0), pc_labels[0])
+    for t in GRID:
+        pc.step(t, _view(photo, t, paste_from=2), pc_labels[t])
+        assert pc.candidates() == [], t
