@@ -59,6 +59,7 @@ LABEL_GROW = 3  # working pixels the labelled places are grown by (a stride-16 c
 CORNERS, CORNER_QUALITY, CORNER_GAP = 200, 0.01, 8
 LK_WINDOW, LK_LEVELS, LK_BACK = 15, 3, 1.0  # forward-backward disagreement (px) a kept track may have
 RANSAC_PX, MIN_TRACKS = 1.5, 20
+MATCH_FEATURES, MATCH_RATIO = 500, 0.75  # SIFT where tracking fails: keypoints a grid frame, Lowe's ratio
 
 
 @dataclass
@@ -220,10 +221,40 @@ def _nearest_sq(a: np.ndarray, b: np.ndarray, ys: np.ndarray, xs: np.ndarray, re
 
 
 def _background_step(prev: _GridFrame, cur: _GridFrame) -> np.ndarray | None:
-    """Homography from `prev`'s working pixels to `cur`'s, fitted on tracked corners outside the labels."""
+    """Homography from `prev`'s working pixels to `cur`'s, fitted on the background outside the labels:
+    tracked corners, or where tracking loses them (a pan of more than about a tenth of the frame
+    between two grid frames), matched SIFT keypoints."""
+    mask = (~prev.labelled).astype(np.uint8) * 255
+    H = _tracked_step(prev, cur, mask)
+    return H if H is not None else _matched_step(prev, cur, mask)
+
+
+def _fit(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     import cv2
 
-    mask = (~prev.labelled).astype(np.uint8) * 255
+    if len(a) < MIN_TRACKS:
+        return None
+    H, inl = cv2.findHomography(a, b, cv2.RANSAC, RANSAC_PX)
+    return H if H is not None and int(inl.sum()) >= MIN_TRACKS else None
+
+
+def _matched_step(prev: _GridFrame, cur: _GridFrame, mask: np.ndarray) -> np.ndarray | None:
+    import cv2
+
+    sift = cv2.SIFT_create(MATCH_FEATURES)
+    k0, d0 = sift.detectAndCompute(prev.gray, mask)
+    k1, d1 = sift.detectAndCompute(cur.gray, None)
+    if d0 is None or d1 is None or len(k0) < MIN_TRACKS or len(k1) < 2:
+        return None
+    pairs = [m for m in cv2.BFMatcher(cv2.NORM_L2).knnMatch(d0, d1, k=2) if len(m) == 2 and m[0].distance < MATCH_RATIO * m[1].distance]
+    a = np.float32([k0[m[0].queryIdx].pt for m in pairs]).reshape(-1, 1, 2)
+    b = np.float32([k1[m[0].trainIdx].pt for m in pairs]).reshape(-1, 1, 2)
+    return _fit(a, b)
+
+
+def _tracked_step(prev: _GridFrame, cur: _GridFrame, mask: np.ndarray) -> np.ndarray | None:
+    import cv2
+
     p0 = cv2.goodFeaturesToTrack(prev.gray, CORNERS, CORNER_QUALITY, CORNER_GAP, mask=mask)
     if p0 is None or len(p0) < MIN_TRACKS:
         return None
@@ -231,12 +262,7 @@ def _background_step(prev: _GridFrame, cur: _GridFrame) -> np.ndarray | None:
     p1, ok1, _ = cv2.calcOpticalFlowPyrLK(prev.gray, cur.gray, p0, None, winSize=win, maxLevel=LK_LEVELS)
     back, ok2, _ = cv2.calcOpticalFlowPyrLK(cur.gray, prev.gray, p1, None, winSize=win, maxLevel=LK_LEVELS)
     ok = (ok1[:, 0] == 1) & (ok2[:, 0] == 1) & (np.linalg.norm((back - p0)[:, 0], axis=1) < LK_BACK)
-    if ok.sum() < MIN_TRACKS:
-        return None
-    H, inl = cv2.findHomography(p0[ok], p1[ok], cv2.RANSAC, RANSAC_PX)
-    if H is None or int(inl.sum()) < MIN_TRACKS:
-        return None
-    return H
+    return _fit(p0[ok], p1[ok])
 
 
 def _explained_nearby(lab: np.ndarray, lab0: np.ndarray, m: np.ndarray, box: tuple[int, int, int, int]) -> bool:
