@@ -4,9 +4,10 @@ The change route (`changes.py`) compares a frame with I0 warped by that frame's 
 real video that camera is often unreliable (a long baseline, parallax, a moving subject), and
 where it is reliable, water, an animal walking or children jumping change more of the view than
 the route allows, so it never names an extra there. This route follows the background instead,
-over the propagation grid, one short step at a time: corners outside every instance's propagated
-label tracked from the grid frame before (Lucas-Kanade, forward and backward), a RANSAC homography
-per step, chained, so I0 can be warped to any grid frame as long as no step failed.
+over the propagation grid, one short step at a time: corners outside every instance's carried
+label tracked from the grid frame before (Lucas-Kanade, forward and backward; matched SIFT keypoints
+where tracking loses them), a RANSAC homography per step, chained, so I0 can be warped to any grid
+frame as long as no step failed.
 
 At a sampled frame a pixel is *new static content* when
 
@@ -15,16 +16,16 @@ At a sampled frame a pixel is *new static content* when
   frame: it persists and stands still in the scene, as a pasted or invented object on a table or a
   wall does; water, a walking animal and a misfit step do not;
 * no instance's label lies on it (I0's, or the one carried along its track in this frame or the
-  window's frames),
-  and every frame of the window shows it (away from a band along the border). An object put on an
-  annotated table is therefore left to the change route.
+  window's frames), and every frame of the window shows it (away from a band along the border). An
+  object put on an annotated table is therefore left to the change route.
 
-Compact regions of it (the change route's size and fill rules) become candidates when nothing near
-their place in the warped I0 explains them: the smallest RMS Lab distance between the region and
-I0's pixels shifted by up to half the region's size is at least `UNEXPLAINED`. Parallax and a
-slightly wrong homography move content by a few pixels, and it is found again there; an object that
-was not in I0 is not. What it does not see: a new object that moves (it is never the same in two
-grid frames), one that appears in the last `WINDOW` grid frames, and anything after a failed step.
+Compact regions of it (the change route's size rule; its fill rule, or half the convex hull) become
+candidates when nothing near their place in the warped I0 explains them: the smallest RMS Lab
+distance between the region and I0's pixels shifted by up to half the region's size is at least
+`UNEXPLAINED`. Parallax and a slightly wrong homography move content by a few pixels, and it is
+found again there; an object that was not in I0 is not. What it does not see: a new object that
+moves (it is never the same in two grid frames), one that appears in the last `WINDOW` grid frames,
+and anything after a failed step.
 """
 
 from __future__ import annotations
