@@ -105,3 +105,47 @@ def test_labelled_place_is_not_new_content():
     for t in GRID:
         pc.step(t, _view(photo, t, paste_from=2), pc_labels[t])
         assert pc.candidates() == [], t
+
+
+@pytest.fixture(scope="module")
+def panned_rollouts(tmp_path_factory):
+    """A case on the tuning photo's first view (one static instance: a 60 x 60 block of the photo) and
+    two rollouts of the pan: faithful, and with the patch standing on the scene from frame 2."""
+    from worldeval.media import write_video
+    from worldeval.opis.case import load_case, write_case
+
+    photo = _photo()
+    root = tmp_path_factory.mktemp("persistent_case")
+    block = np.zeros((H, W), bool)
+    block[130:190, 200:260] = True
+    spec = {"id": "pan", "domain": "synthetic", "subcategory": "tabletop", "image": "input.png",
+            "instances": [{"id": "block", "category": "block", "kinematics": "rigid", "track": "static"}]}
+    write_case(root / "pan", spec, _view(photo, 0), {"block": block})
+    videos = {}
+    for name, paste in (("faithful", {}), ("pasted", {"paste_from": 2})):
+        videos[name] = write_video(root / f"{name}.mp4", (_view(photo, t, **paste) for t in range(41)), 24.0, crf=0)
+    return load_case(root / "pan"), videos
+
+
+def _extras(case, video, monkeypatch) -> dict[int, list[dict]]:
+    from worldeval.opis.evaluate import evaluate_rollout, load_backend
+    from worldeval.opis.perception import extras
+
+    # the camera's change route sees a synthetic pan as well; switched off, the persistent route is alone
+    monkeypatch.setattr(extras, "change_candidates", lambda st, seen: [])
+    res = evaluate_rollout(case, video, "m", load_backend("classical"))
+    return {f["frame"]: [o for o in f["objects"] if o["status"] == "extra"] for f in res.frames["frames"]}
+
+
+def test_a_pasted_patch_becomes_an_extra_of_the_persistent_route(panned_rollouts, monkeypatch):
+    case, videos = panned_rollouts
+    faithful = _extras(case, videos["faithful"], monkeypatch)
+    assert faithful and all(v == [] for v in faithful.values())
+    pasted = _extras(case, videos["pasted"], monkeypatch)
+    assert pasted.keys() == faithful.keys()
+    for t, found in pasted.items():
+        assert [o["route"] for o in found] == ["persistent"], t
+        x, y, w, h = found[0]["box"]
+        px, py, pw, ph = PATCH
+        # the patch's place in frame t: the view pans right by PAN px a frame
+        assert abs(x - (px - PAN * t)) <= 3 and abs(y - py) <= 3 and abs(w - pw) <= 4 and abs(h - ph) <= 4, (t, found[0]["box"])
