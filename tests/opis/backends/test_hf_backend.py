@@ -446,3 +446,20 @@ def test_hf_propagation_stage_runs_end_to_end(tiny, tmp_path):
             assert o["propagation"]["mass"] >= 0 and EvalConfig().propagation.mask_threshold <= o["propagation"]["confidence"] <= 1
     off = evaluate_rollout(load_case(case_dir), video, "m", backend, EvalConfig(propagation=False))
     assert all(o["propagation"] is None and o["route"] != "propagated" for fr in off.frames["frames"] for o in fr["objects"] if o["instance_id"])
+
+
+def test_hf_backend_runs_the_persistent_extras_route(tiny, tmp_path, monkeypatch):
+    """The persistent route is shared perception fed by the propagation stage: with the hf bundle's
+    DINO patch features (tiny, random weights) it names the same pasted patch on a panned photo, and
+    nothing on the faithful pan (what it reads of the backend is the carried labels alone)."""
+    from tests.helpers.panned_photo import extras_by_frame, on_patch, panned_case
+
+    case, videos = panned_case(tmp_path)
+    backend = build_hf_backend("cpu", sam3=tiny["sam3"], dinov3=tiny["dinov3"], matcher=tiny["lightglue"],
+                               score_threshold=0.0, features_side=64)
+    faithful = extras_by_frame(case, videos["faithful"], backend, monkeypatch)
+    pasted = extras_by_frame(case, videos["pasted"], backend, monkeypatch)
+    assert faithful and not any(o["route"] == "persistent" for v in faithful.values() for o in v)
+    assert pasted.keys() == faithful.keys()
+    for t, found in pasted.items():
+        assert [o["box"] for o in found if o["route"] == "persistent" and on_patch(o["box"], t)], (t, found)

@@ -3,41 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
-from PIL import Image
 
-from tests.helpers.paths import SHARED_DATA
+from tests.helpers.panned_photo import GRID, PAN, PATCH, H, W, extras_by_frame, on_patch, panned_case
+from tests.helpers.panned_photo import photo as _photo
+from tests.helpers.panned_photo import view as _view
 from worldeval.opis.perception.persistent import PersistentContent, _tracked_step
-
-PHOTO = SHARED_DATA / "coco_multiobj" / "images" / "000000000009.jpg"  # a tuning photo (640 x 480)
-W, H, PAN = 300, 220, 3  # the view's size and its pan to the right, pixels a frame
-GRID = list(range(4, 25, 4))
-PATCH = (150, 90, 60, 50)  # x, y, w, h of the pasted patch in I0's view
-
-
-def _photo() -> np.ndarray:
-    if not PHOTO.exists():
-        pytest.skip(f"shared data missing: {PHOTO}")
-    return np.asarray(Image.open(PHOTO).convert("RGB"))
-
-
-def _patch() -> np.ndarray:
-    """A colour ramp (red across, green down, blue high) that nothing near its place in I0 resembles and
-    that differs from itself shifted: a moving patch is never the same in two grid frames."""
-    _, _, w, h = PATCH
-    yy, xx = np.mgrid[0:h, 0:w]
-    return np.stack([255 * xx // (w - 1), 255 * yy // (h - 1), np.full_like(xx, 230)], axis=2).astype(np.uint8)
-
-
-def _view(photo: np.ndarray, t: int, paste_from: int | None = None, drift: int = 0, pan: int = PAN) -> np.ndarray:
-    """Frame t of the pan; the patch stands on the scene from `paste_from` on (moving `drift` px a frame in it)."""
-    x0 = pan * t
-    scene = photo[:H].copy()
-    if paste_from is not None and t >= paste_from:
-        px, py, w, h = PATCH
-        px += drift * t
-        scene[py : py + h, px : px + w] = _patch()
-    return np.ascontiguousarray(scene[:, x0 : x0 + W])
 
 
 def _run(photo, pan: int = PAN, **paste) -> dict[int, list[np.ndarray]]:
@@ -107,45 +77,15 @@ def test_labelled_place_is_not_new_content():
         assert pc.candidates() == [], t
 
 
-@pytest.fixture(scope="module")
-def panned_rollouts(tmp_path_factory):
-    """A case on the tuning photo's first view (one static instance: a 60 x 60 block of the photo) and
-    two rollouts of the pan: faithful, and with the patch standing on the scene from frame 2."""
-    from worldeval.media import write_video
-    from worldeval.opis.case import load_case, write_case
+def test_a_pasted_patch_becomes_an_extra_of_the_persistent_route(tmp_path, monkeypatch):
+    from worldeval.opis.evaluate import load_backend
 
-    photo = _photo()
-    root = tmp_path_factory.mktemp("persistent_case")
-    block = np.zeros((H, W), bool)
-    block[130:190, 200:260] = True
-    spec = {"id": "pan", "domain": "synthetic", "subcategory": "tabletop", "image": "input.png",
-            "instances": [{"id": "block", "category": "block", "kinematics": "rigid", "track": "static"}]}
-    write_case(root / "pan", spec, _view(photo, 0), {"block": block})
-    videos = {}
-    for name, paste in (("faithful", {}), ("pasted", {"paste_from": 2})):
-        videos[name] = write_video(root / f"{name}.mp4", (_view(photo, t, **paste) for t in range(41)), 24.0, crf=0)
-    return load_case(root / "pan"), videos
-
-
-def _extras(case, video, monkeypatch) -> dict[int, list[dict]]:
-    from worldeval.opis.evaluate import evaluate_rollout, load_backend
-    from worldeval.opis.perception import extras
-
-    # the camera's change route sees a synthetic pan as well; switched off, the persistent route is alone
-    monkeypatch.setattr(extras, "change_candidates", lambda st, seen: [])
-    res = evaluate_rollout(case, video, "m", load_backend("classical"))
-    return {f["frame"]: [o for o in f["objects"] if o["status"] == "extra"] for f in res.frames["frames"]}
-
-
-def test_a_pasted_patch_becomes_an_extra_of_the_persistent_route(panned_rollouts, monkeypatch):
-    case, videos = panned_rollouts
-    faithful = _extras(case, videos["faithful"], monkeypatch)
+    case, videos = panned_case(tmp_path)
+    backend = load_backend("classical")
+    faithful = extras_by_frame(case, videos["faithful"], backend, monkeypatch)
     assert faithful and all(v == [] for v in faithful.values())
-    pasted = _extras(case, videos["pasted"], monkeypatch)
+    pasted = extras_by_frame(case, videos["pasted"], backend, monkeypatch)
     assert pasted.keys() == faithful.keys()
     for t, found in pasted.items():
         assert [o["route"] for o in found] == ["persistent"], t
-        x, y, w, h = found[0]["box"]
-        px, py, pw, ph = PATCH
-        # the patch's place in frame t: the view pans right by PAN px a frame
-        assert abs(x - (px - PAN * t)) <= 3 and abs(y - py) <= 3 and abs(w - pw) <= 4 and abs(h - ph) <= 4, (t, found[0]["box"])
+        assert on_patch(found[0]["box"], t), (t, found[0]["box"])
