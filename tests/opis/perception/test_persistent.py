@@ -89,3 +89,23 @@ def test_a_pasted_patch_becomes_an_extra_of_the_persistent_route(tmp_path, monke
     for t, found in pasted.items():
         assert [o["route"] for o in found] == ["persistent"], t
         assert on_patch(found[0]["box"], t), (t, found[0]["box"])
+
+
+def test_a_rollout_of_another_size_gives_masks_of_its_own_size():
+    """Frames are measured at their own size (I0 is not resized to them): the chain's first step,
+    I0 to a frame 1.5x larger, is fitted on matched keypoints, and the masks come at the frame's size."""
+    import cv2
+
+    photo = _photo()
+    none = np.zeros((0, H // 16, W // 16), np.float32)
+    pc = PersistentContent(_view(photo, 0), none)
+    big = (int(W * 1.5), int(H * 1.5))
+    for t in GRID:
+        pc.step(t, cv2.resize(_view(photo, t, paste_from=2), big, interpolation=cv2.INTER_LINEAR), none)
+        assert pc.recent[-1].H is not None, t
+        found = pc.candidates()
+        if t >= GRID[2]:
+            assert len(found) == 1 and found[0].shape == (big[1], big[0]), t
+            ys, xs = np.nonzero(found[0])
+            px, py, w, h = PATCH
+            assert abs(xs.min() / 1.5 - (px - PAN * t)) <= 3 and abs(ys.min() / 1.5 - py) <= 3, t

@@ -70,6 +70,7 @@ class _GridFrame:
     gray: np.ndarray
     H: np.ndarray | None  # I0's working pixels -> this frame's (None once a step failed)
     labelled: np.ndarray  # working-size bool: some instance's carried label is here
+    full: tuple[int, int]  # the frame's own size (H, W)
     _lab: np.ndarray | None = None
 
     @property
@@ -91,22 +92,24 @@ class PersistentContent:
 
     def __init__(self, image0: np.ndarray, labels0: np.ndarray):
         """`labels0`: I0's instance labels, K x h x w at feature resolution."""
-        H, W = image0.shape[:2]
-        self.full = (H, W)
-        self.s = min(1.0, WORK_SIDE / max(H, W))
-        self.size = (max(1, round(W * self.s)), max(1, round(H * self.s)))
         self.first = self._grid_frame(0, image0, labels0, np.eye(3))
         self.recent: deque = deque([self.first], maxlen=WINDOW + 1)
 
-    def _grid_frame(self, index: int, frame: np.ndarray, labels: np.ndarray, H) -> _GridFrame:
+    @staticmethod
+    def _grid_frame(index: int, frame: np.ndarray, labels: np.ndarray, H) -> _GridFrame:
+        """Each frame at its own working size: a rollout need not have I0's size or shape (the chain's
+        first step, I0 to the first grid frame, takes up the difference)."""
         import cv2
 
-        small = cv2.resize(frame, self.size, interpolation=cv2.INTER_AREA)
+        fh, fw = frame.shape[:2]
+        s = min(1.0, WORK_SIDE / max(fh, fw))
+        size = (max(1, round(fw * s)), max(1, round(fh * s)))
+        small = cv2.resize(frame, size, interpolation=cv2.INTER_AREA)
         inst = labels.max(0) if labels.shape[0] else np.zeros(labels.shape[1:], np.float32)
-        lab = cv2.resize(inst.astype(np.float32), self.size, interpolation=cv2.INTER_LINEAR) >= LABEL_LEVEL
+        lab = cv2.resize(inst.astype(np.float32), size, interpolation=cv2.INTER_LINEAR) >= LABEL_LEVEL
         k = 2 * LABEL_GROW + 1
         lab = cv2.dilate(lab.astype(np.uint8), np.ones((k, k), np.uint8)) > 0
-        return _GridFrame(index, small, cv2.cvtColor(small, cv2.COLOR_RGB2GRAY), H, lab)
+        return _GridFrame(index, small, cv2.cvtColor(small, cv2.COLOR_RGB2GRAY), H, lab, (fh, fw))
 
     def step(self, index: int, frame: np.ndarray, labels: np.ndarray) -> None:
         """Take the next grid frame (RGB) with its instances' labels carried along their own tracks
@@ -126,7 +129,7 @@ class PersistentContent:
         cur = self.recent[-1]
         if len(self.recent) < WINDOW + 1 or any(g.H is None for g in self.recent) or cur.index == 0:
             return []
-        w, h = self.size
+        h, w = cur.small.shape[:2]
         lab0, valid = self._warp(self.first, cur)
         window = [(self._warp(g, cur), g) for g in list(self.recent)[:-1]]
         for (_, v), _g in window:
@@ -161,23 +164,23 @@ class PersistentContent:
                 continue
             if _explained_nearby(cur.lab, lab0, m, (x, y, bw, bh)):
                 continue
-            out.append(cv2.resize(m.astype(np.uint8), (self.full[1], self.full[0]), interpolation=cv2.INTER_NEAREST) > 0)
+            out.append(cv2.resize(m.astype(np.uint8), (cur.full[1], cur.full[0]), interpolation=cv2.INTER_NEAREST) > 0)
         return out
 
     def _labelled_at(self, g: _GridFrame, cur: _GridFrame) -> np.ndarray:
         import cv2
 
-        w, h = self.size
+        h, w = cur.small.shape[:2]
         return cv2.warpPerspective(g.labelled.astype(np.uint8), cur.H @ np.linalg.inv(g.H), (w, h), flags=cv2.INTER_NEAREST) > 0
 
     def _warp(self, g: _GridFrame, cur: _GridFrame) -> tuple[np.ndarray, np.ndarray]:
         """Grid frame `g`'s Lab warped to `cur` by the chained background, and where it lands."""
         import cv2
 
-        w, h = self.size
+        h, w = cur.small.shape[:2]
         M = cur.H @ np.linalg.inv(g.H)
         lab = cv2.warpPerspective(g.lab, M, (w, h), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
-        valid = cv2.warpPerspective(np.ones((h, w), np.uint8), M, (w, h), flags=cv2.INTER_NEAREST) > 0
+        valid = cv2.warpPerspective(np.ones(g.small.shape[:2], np.uint8), M, (w, h), flags=cv2.INTER_NEAREST) > 0
         return lab, valid
 
 
@@ -256,6 +259,8 @@ def _matched_step(prev: _GridFrame, cur: _GridFrame, mask: np.ndarray) -> np.nda
 def _tracked_step(prev: _GridFrame, cur: _GridFrame, mask: np.ndarray) -> np.ndarray | None:
     import cv2
 
+    if prev.gray.shape != cur.gray.shape:
+        return None  # I0 and a rollout of another size: tracking assumes one image size, matching does not
     p0 = cv2.goodFeaturesToTrack(prev.gray, CORNERS, CORNER_QUALITY, CORNER_GAP, mask=mask)
     if p0 is None or len(p0) < MIN_TRACKS:
         return None
