@@ -89,29 +89,15 @@ def persistent_candidates(st) -> list[Observation]:
     surface = surface_instances(st.bank)
     places = [(st.obs[j].mask, True) for i, j in enumerate(st.assoc.match)
               if j is not None and (st.obs[j].route != ROUTE_PROPAGATED or surface[i])]
+    places += [(pr.mask, st.assoc.match[i] is not None) for i, pr in enumerate(st.projs) if pr is not None and pr.mask is not None]
     out = []
     for m in masks:
         if any(same_place(m, p, allow_inside_larger=a, stats=stats) for p, a in places):
-            continue
-        if any(same_place(m, pr.mask, allow_inside_larger=_on_surface(st, i, m, surface, stats), stats=stats)
-               for i, pr in enumerate(st.projs) if pr is not None and pr.mask is not None):
             continue
         box = mask_box(m)
         out.append(Observation(mask=m, box=box, category=None, score=float(m.sum()) / max(1.0, box[2] * box[3]),
                                source=ROUTE_PERSISTENT, route=ROUTE_PERSISTENT))
     return out
-
-
-def _on_surface(st, i: int, m, surface: list[bool], stats) -> bool:
-    """Whether candidate `m`, inside instance i's projected place, may be a thing standing on it: i is a
-    matched surface and `m` lies mostly on its matched observation. Off that observation, inside the
-    place, is the instance's own change (what a squeezed or shrunk object leaves: tuning photo 009's
-    squeezed broccoli, 16 % of I0)."""
-    j = st.assoc.match[i]
-    if j is None or not surface[i]:
-        return False
-    size = float(stats(m)[1]) if m.dtype == bool else float(m.sum())
-    return float(stats.overlap(m, st.obs[j].mask)) >= 0.5 * size
 
 
 def new_content_extras(st, cands: list[Observation], config) -> None:
