@@ -27,7 +27,6 @@ from worldeval.opis.case import Case, Geometry, default_intrinsics
 from worldeval.opis.perception.config import EvalConfig
 from worldeval.opis.perception.frame import measure_frame
 from worldeval.opis.perception.motion import motion_wanted, neighbour_offset
-from worldeval.opis.perception.persistent import PersistentContent, surface_instances
 from worldeval.opis.perception.propagation import build_propagation_reference, propagate_rollout, propagation_grid
 from worldeval.opis.perception.reference import ReferenceBank, build_reference
 
@@ -225,9 +224,7 @@ def _propagate(bank: ReferenceBank, backend: Backend, frames: dict, grid: list[i
     # each step needs the one before, so the frames cannot share the cores: the network may
     # use all of them here (the crop embedder keeps to one thread while frames run in parallel)
     with torch_threads(_frame_threads()):
-        ref = propagation_reference(bank, backend)
-        content = PersistentContent(bank.image, ref.labels[1:], surface_instances(bank)) if config.extras.persistent else None
-        return propagate_rollout(ref, frames, grid, indices, backend.features, config, content)
+        return propagate_rollout(propagation_reference(bank, backend), frames, grid, indices, backend.features, config, bank.image)
 
 
 def evaluate_rollout(

@@ -27,7 +27,7 @@ from worldeval.opis.backends.base import ROUTE_OPEN, ROUTE_PROJECTION, ROUTE_PRO
 from worldeval.opis.perception import projection as P
 from worldeval.opis.perception.changes import change_candidates
 from worldeval.opis.perception.likeness import structure_similarity
-from worldeval.opis.perception.persistent import ROUTE_PERSISTENT, surface_instances
+from worldeval.opis.perception.persistent import ROUTE_PERSISTENT
 
 UNACCOUNTED = (P.OCCLUDED, P.OUT_OF_VIEW, P.UNKNOWN, P.TOO_SMALL)  # reference states an unmatched find may be
 WHOLE = 0.85  # completeness a strong find needs to count as a copy on its own
@@ -82,14 +82,11 @@ def persistent_candidates(st) -> list[Observation]:
         return []
     stats = MaskStats()
     # a small thing inside a much larger matched object may be new (a cup on a table). A matched
-    # propagated mask is no place here unless its instance is a surface: the route already keeps out
-    # the others' labels carried along their tracks, and the mask (raw labels at `mask_threshold`)
-    # spreads over new things beside the track (tuning, bmx-trees: the rider's mask over a third of a
-    # cat pasted 100 px from him); a surface's label is not kept out, so its place decides here
-    surface = surface_instances(st.bank)
-    places = [(st.obs[j].mask, True) for i, j in enumerate(st.assoc.match)
-              if j is not None and (st.obs[j].route != ROUTE_PROPAGATED or surface[i])]
-    places += [(pr.mask, st.assoc.match[i] is not None) for i, pr in enumerate(st.projs) if pr is not None and pr.mask is not None]
+    # propagated mask is no place here: the route already keeps out its instance's label carried along
+    # its track, and the mask (raw labels at `mask_threshold`) spreads over new things beside the track
+    # (tuning, bmx-trees: the rider's mask over a third of a cat pasted 100 px from him)
+    places = [(st.obs[j].mask, True) for j in st.assoc.match if j is not None and st.obs[j].route != ROUTE_PROPAGATED]
+    places += [(pr.mask, False) for pr in st.projs if pr is not None and pr.mask is not None]
     out = []
     for m in masks:
         if any(same_place(m, p, allow_inside_larger=a, stats=stats) for p, a in places):

@@ -16,9 +16,8 @@ At a sampled frame a pixel is *new static content* when
   frame: it persists and stands still in the scene, as a pasted or invented object on a table or a
   wall does; water, a walking animal and a misfit step do not;
 * no instance's label lies on it (I0's, or the one carried along its track in this frame or the
-  window's frames), except a large static instance's (`SURFACE_SHARE`: a table, a bed, a wall, on
-  which a new thing may stand), and every frame of the window shows it (away from a band along the
-  border).
+  window's frames), and every frame of the window shows it (away from a band along the border). An
+  object put on an annotated table is therefore left to the change route.
 
 Compact regions of it (the change route's size rule; its fill rule, or half the convex hull) become
 candidates when nothing near their place in the warped I0 explains them: the smallest RMS Lab
@@ -39,10 +38,6 @@ import numpy as np
 from worldeval.opis.perception.changes import COLOUR_DIFF, MAX_AREA_SHARE, MIN_AREA_SHARE, MIN_FILL, WORK_SIDE
 
 ROUTE_PERSISTENT = "persistent"
-# a static instance covering this share of I0 is a surface new things may stand on (a table, a bed, a
-# wall): its label does not keep new content out; the extras stage tells a thing on it from the
-# surface itself changing by size (a thing on it is at most a third of it: `geometry.same_place`)
-SURFACE_SHARE = 0.05
 WINDOW = 2  # grid frames before the sampled one in which new content must already stand
 SAME_DIFF = 14.0  # Lab distance within which a pixel is the same in two warped grid frames
 # working pixels within which a matching colour is looked for: a chained homography is a pixel or
@@ -95,15 +90,13 @@ def _lab(img: np.ndarray) -> np.ndarray:
 class PersistentContent:
     """Fed the propagation grid in order (`step`); names new static content at a sampled frame (`candidates`)."""
 
-    def __init__(self, image0: np.ndarray, labels0: np.ndarray, surfaces: list[bool] | None = None):
-        """`labels0`: I0's instance labels, K x h x w at feature resolution. `surfaces`: per instance,
-        whether new content may stand on it (`surface_instances`); the others' labels keep it out."""
-        k = labels0.shape[0]
-        self.keep_out = np.array([not s for s in surfaces] if surfaces is not None else [True] * k, bool)
+    def __init__(self, image0: np.ndarray, labels0: np.ndarray):
+        """`labels0`: I0's instance labels, K x h x w at feature resolution."""
         self.first = self._grid_frame(0, image0, labels0, np.eye(3))
         self.recent: deque = deque([self.first], maxlen=WINDOW + 1)
 
-    def _grid_frame(self, index: int, frame: np.ndarray, labels: np.ndarray, H) -> _GridFrame:
+    @staticmethod
+    def _grid_frame(index: int, frame: np.ndarray, labels: np.ndarray, H) -> _GridFrame:
         """Each frame at its own working size: a rollout need not have I0's size or shape (the chain's
         first step, I0 to the first grid frame, takes up the difference)."""
         import cv2
@@ -112,8 +105,7 @@ class PersistentContent:
         s = min(1.0, WORK_SIDE / max(fh, fw))
         size = (max(1, round(fw * s)), max(1, round(fh * s)))
         small = cv2.resize(frame, size, interpolation=cv2.INTER_AREA)
-        out = labels[self.keep_out]
-        inst = out.max(0) if out.shape[0] else np.zeros(labels.shape[1:], np.float32)
+        inst = labels.max(0) if labels.shape[0] else np.zeros(labels.shape[1:], np.float32)
         lab = cv2.resize(inst.astype(np.float32), size, interpolation=cv2.INTER_LINEAR) >= LABEL_LEVEL
         k = 2 * LABEL_GROW + 1
         lab = cv2.dilate(lab.astype(np.uint8), np.ones((k, k), np.uint8)) > 0
@@ -190,17 +182,6 @@ class PersistentContent:
         lab = cv2.warpPerspective(g.lab, M, (w, h), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
         valid = cv2.warpPerspective(np.ones(g.small.shape[:2], np.uint8), M, (w, h), flags=cv2.INTER_NEAREST) > 0
         return lab, valid
-
-
-def surface_instances(bank) -> list[bool]:
-    """Per reference instance: static and covering at least `SURFACE_SHARE` of I0 (kept in the bank)."""
-    got = bank.cache.get("persistent_surfaces")
-    if got is None:
-        total = float(np.prod(bank.shape))
-        got = bank.cache["persistent_surfaces"] = [
-            t == "static" and float(m.sum()) >= SURFACE_SHARE * total for t, m in zip(bank.tracks, bank.masks)
-        ]
-    return got
 
 
 def _solidity(m: np.ndarray, area: int) -> float:

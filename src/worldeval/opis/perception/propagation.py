@@ -225,17 +225,18 @@ def _last_seen(labels: np.ndarray, k: int, min_cells: float = 0.5, edge_band: fl
 
 
 def propagate_rollout(ref: PropagationReference, frames: dict[int, np.ndarray], grid: list[int], sampled: list[int],
-                      features: DenseFeatures, config, content: PersistentContent | None = None) -> dict[int, PropagatedFrame]:
+                      features: DenseFeatures, config, image0: np.ndarray | None = None) -> dict[int, PropagatedFrame]:
     """Propagate I0's labels over `grid` (frames: index -> RGB); the sampled frames' results."""
-    return dict(iter_propagation(ref, frames, grid, sampled, features, config, content))
+    return dict(iter_propagation(ref, frames, grid, sampled, features, config, image0))
 
 
 def iter_propagation(ref: PropagationReference, frames: dict[int, np.ndarray], grid: list[int], sampled: list[int],
-                     features: DenseFeatures, config, content: PersistentContent | None = None):
+                     features: DenseFeatures, config, image0: np.ndarray | None = None):
     """(index, PropagatedFrame) of each sampled frame, in order, as soon as propagation reaches it.
-    `content` (the new-static-content route, `persistent.py`) is fed the grid as it goes."""
+    With I0 (`image0`) and `extras.persistent` on, the grid also feeds the new-static-content route."""
     prop = LabelPropagator(ref, topk=config.propagation.topk, temperature=config.propagation.temperature,
                            memory=config.propagation.memory, radius=config.propagation.radius)
+    content = PersistentContent(image0, ref.labels[1:]) if image0 is not None and config.extras.persistent else None
     want = set(sampled)
     last: list[tuple | None] = [None] * ref.n
     for t in grid:
