@@ -38,11 +38,33 @@ MIN_EDGE_CHANGE = 0.35  # share of the region's edge energy not present in the w
 ROUTE_CHANGE = "change"
 
 
-def _small(img: np.ndarray, s: float):
+def downscale(img: np.ndarray, s: float):
+    """`img` resized by `s` (area averaging), each side at least one pixel."""
     import cv2
 
     H, W = img.shape[:2]
     return cv2.resize(img, (max(1, round(W * s)), max(1, round(H * s))), interpolation=cv2.INTER_AREA)
+
+
+def working_scale(shape: tuple[int, ...]) -> float:
+    """The factor that brings an image of `shape` to the comparison's working size (never up)."""
+    return min(1.0, WORK_SIDE / max(shape[0], shape[1]))
+
+
+def blurred_lab(img: np.ndarray) -> np.ndarray:
+    """Lab of `img` after a light blur (float32): resampling and compression noise are not changes."""
+    import cv2
+
+    return cv2.cvtColor(cv2.GaussianBlur(img, (5, 5), 1.2), cv2.COLOR_RGB2LAB).astype(np.float32)
+
+
+def away_from_edge(valid: np.ndarray) -> np.ndarray:
+    """`valid` less a band along its edge (3 % of the working size): resampling and border fill live there."""
+    import cv2
+
+    h, w = valid.shape
+    band = max(2, round(0.03 * max(h, w)))
+    return cv2.erode(valid.astype(np.uint8), np.ones((2 * band + 1, 2 * band + 1), np.uint8)) > 0
 
 
 def _grad(v: np.ndarray) -> np.ndarray:
@@ -58,19 +80,15 @@ def change_map(st, seen: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray
     cam = st.cam
     if cam is None or not cam.reliable or cam.kind != "homography" or cam.H is None:
         return None
-    H1, W1 = st.shape
-    s = min(1.0, WORK_SIDE / max(H1, W1))
+    s = working_scale(st.shape)
     Hs = np.diag([s, s, 1.0]) @ cam.H  # I0 px -> frame px -> working px
-    f = _small(st.frame, s)
+    f = downscale(st.frame, s)
     h, w = f.shape[:2]
     warped = cv2.warpPerspective(st.bank.image, Hs, (w, h), flags=cv2.INTER_LINEAR)
     valid = cv2.warpPerspective(np.ones(st.bank.shape, np.uint8), Hs, (w, h), flags=cv2.INTER_NEAREST) > 0
-    valid &= _small(seen.astype(np.uint8), s) > 0
-    band = max(2, round(0.03 * max(h, w)))
-    valid = cv2.erode(valid.astype(np.uint8), np.ones((2 * band + 1, 2 * band + 1), np.uint8)) > 0
-    lab_f = cv2.cvtColor(cv2.GaussianBlur(f, (5, 5), 1.2), cv2.COLOR_RGB2LAB).astype(np.float32)
-    lab_w = cv2.cvtColor(cv2.GaussianBlur(warped, (5, 5), 1.2), cv2.COLOR_RGB2LAB).astype(np.float32)
-    changed = (np.linalg.norm(lab_f - lab_w, axis=2) > COLOUR_DIFF) & valid
+    valid &= downscale(seen.astype(np.uint8), s) > 0
+    valid = away_from_edge(valid)
+    changed = (np.linalg.norm(blurred_lab(f) - blurred_lab(warped), axis=2) > COLOUR_DIFF) & valid
     # thin residuals along edges (sub-pixel misalignment, compression) are not objects
     changed = cv2.morphologyEx(changed.astype(np.uint8), cv2.MORPH_OPEN, np.ones((3, 3), np.uint8)) > 0
     if changed.sum() > MAX_CHANGED_SHARE * max(1, valid.sum()):

@@ -35,7 +35,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from worldeval.opis.perception.changes import COLOUR_DIFF, MAX_AREA_SHARE, MIN_AREA_SHARE, MIN_FILL, WORK_SIDE
+from worldeval.opis.perception.changes import (
+    COLOUR_DIFF, MAX_AREA_SHARE, MIN_AREA_SHARE, MIN_FILL, away_from_edge, blurred_lab, downscale, working_scale,
+)
 
 ROUTE_PERSISTENT = "persistent"
 WINDOW = 2  # grid frames before the sampled one in which new content must already stand
@@ -77,14 +79,8 @@ class _GridFrame:
     def lab(self) -> np.ndarray:
         """Working-size Lab, blurred as the change route blurs (only the window's frames need it)."""
         if self._lab is None:
-            self._lab = _lab(self.small)
+            self._lab = blurred_lab(self.small)
         return self._lab
-
-
-def _lab(img: np.ndarray) -> np.ndarray:
-    import cv2
-
-    return cv2.cvtColor(cv2.GaussianBlur(img, (5, 5), 1.2), cv2.COLOR_RGB2LAB).astype(np.float32)
 
 
 class PersistentContent:
@@ -102,9 +98,8 @@ class PersistentContent:
         import cv2
 
         fh, fw = frame.shape[:2]
-        s = min(1.0, WORK_SIDE / max(fh, fw))
-        size = (max(1, round(fw * s)), max(1, round(fh * s)))
-        small = cv2.resize(frame, size, interpolation=cv2.INTER_AREA)
+        small = downscale(frame, working_scale(frame.shape))
+        size = (small.shape[1], small.shape[0])
         inst = labels.max(0) if labels.shape[0] else np.zeros(labels.shape[1:], np.float32)
         lab = cv2.resize(inst.astype(np.float32), size, interpolation=cv2.INTER_LINEAR) >= LABEL_LEVEL
         k = 2 * LABEL_GROW + 1
@@ -127,15 +122,14 @@ class PersistentContent:
         import cv2
 
         cur = self.recent[-1]
-        if len(self.recent) < WINDOW + 1 or any(g.H is None for g in self.recent) or cur.index == 0:
+        if len(self.recent) < WINDOW + 1 or any(g.H is None for g in self.recent):
             return []
         h, w = cur.small.shape[:2]
         lab0, valid = self._warp(self.first, cur)
         window = [(self._warp(g, cur), g) for g in list(self.recent)[:-1]]
         for (_, v), _g in window:
             valid &= v
-        band = max(2, round(0.03 * max(h, w)))
-        valid = cv2.erode(valid.astype(np.uint8), np.ones((2 * band + 1, 2 * band + 1), np.uint8)) > 0
+        valid = away_from_edge(valid)
         # where an instance stood in I0 is its place, not new content
         cand = valid & ~cur.labelled & ~self._labelled_at(self.first, cur) & (_sq_dist(cur.lab, lab0) > COLOUR_DIFF**2)
         # the tests by the nearest colour within reach, only where the plain ones left a pixel (a
