@@ -7,7 +7,8 @@ import numpy as np
 from tests.helpers.panned_photo import GRID, PAN, PATCH, H, W, extras_by_frame, on_patch, panned_case
 from tests.helpers.panned_photo import photo as _photo
 from tests.helpers.panned_photo import view as _view
-from worldeval.opis.perception.persistent import PersistentContent, _tracked_step
+from worldeval.opis.perception.background import _tracked_step
+from worldeval.opis.perception.persistent import PersistentContent
 
 
 def _run(photo, pan: int = PAN, **paste) -> dict[int, list[np.ndarray]]:

@@ -30,14 +30,10 @@ and anything after a failed step.
 
 from __future__ import annotations
 
-from collections import deque
-from dataclasses import dataclass
-
 import numpy as np
 
-from worldeval.opis.perception.changes import (
-    COLOUR_DIFF, MAX_AREA_SHARE, MIN_AREA_SHARE, MIN_FILL, away_from_edge, blurred_lab, downscale, working_scale,
-)
+from worldeval.opis.perception.background import BackgroundChain, GridFrame
+from worldeval.opis.perception.changes import COLOUR_DIFF, MAX_AREA_SHARE, MIN_AREA_SHARE, MIN_FILL, away_from_edge
 
 ROUTE_PERSISTENT = "persistent"
 WINDOW = 2  # grid frames before the sampled one in which new content must already stand
@@ -48,85 +44,48 @@ NEW_REACH, SAME_REACH = 2, 1
 # best-shift RMS Lab distance to I0 that no shifted I0 content explains. Tuning (davis_bmx_trees and
 # sam2_bedroom, faithful and with a pasted cat): parallax and misfit regions 15-40, the cat 67-114
 UNEXPLAINED = 56.0
-# an instance's carried label at which its place is not new content: the protocol's mask level. Below
-# it lies the haze an instance's label spreads over a look-alike next to its track (tuning, sam2_bedroom:
-# a jar's label at 0.25-0.5 over a cat pasted below it hid the cat in 7 of 7 frames; at 0.5, 1 of 7)
-LABEL_LEVEL = 0.5
 CLOSE_PX = 5  # working pixels over which pieces of new content are joined into one region
 # a region filling less of its box than the change route's MIN_FILL may still be an object when it
 # fills half its convex hull (tuning, sam2_bedroom: the new part of a pasted lying cat fills 0.32-0.37
 # of its box and 0.51-0.59 of its hull)
 MIN_SOLIDITY = 0.5
-LABEL_GROW = 3  # working pixels the labelled places are grown by (a stride-16 cell is about 5)
-# background tracking between two grid frames (working size)
-CORNERS, CORNER_QUALITY, CORNER_GAP = 200, 0.01, 8
-LK_WINDOW, LK_LEVELS, LK_BACK = 15, 3, 1.0  # forward-backward disagreement (px) a kept track may have
-RANSAC_PX, MIN_TRACKS = 1.5, 20
-MATCH_FEATURES, MATCH_RATIO = 500, 0.75  # SIFT where tracking fails: keypoints a grid frame, Lowe's ratio
-
-
-@dataclass
-class _GridFrame:
-    index: int
-    small: np.ndarray  # working-size RGB
-    gray: np.ndarray
-    H: np.ndarray | None  # I0's working pixels -> this frame's (None once a step failed)
-    labelled: np.ndarray  # working-size bool: some instance's carried label is here
-    full: tuple[int, int]  # the frame's own size (H, W)
-    _lab: np.ndarray | None = None
-
-    @property
-    def lab(self) -> np.ndarray:
-        """Working-size Lab, blurred as the change route blurs (only the window's frames need it)."""
-        if self._lab is None:
-            self._lab = blurred_lab(self.small)
-        return self._lab
 
 
 class PersistentContent:
-    """Fed the propagation grid in order (`step`); names new static content at a sampled frame (`candidates`)."""
+    """Names new static content at a grid frame (`candidates`) from the background chain (`background.py`).
+    Where an instance's carried label lies (`background.LABEL_LEVEL`) is not new content."""
 
-    def __init__(self, image0: np.ndarray, labels0: np.ndarray):
-        """`labels0`: I0's instance labels, K x h x w at feature resolution."""
-        self.first = self._grid_frame(0, image0, labels0, np.eye(3))
-        self.recent: deque = deque([self.first], maxlen=WINDOW + 1)
+    def __init__(self, image0: np.ndarray | None = None, labels0: np.ndarray | None = None, chain: BackgroundChain | None = None):
+        """Over `chain` (the propagation's), or a chain of its own from I0 and `labels0` (K x h x w
+        at feature resolution), fed by `step`."""
+        self.chain = chain if chain is not None else BackgroundChain(image0, labels0, keep=WINDOW + 1)
 
-    @staticmethod
-    def _grid_frame(index: int, frame: np.ndarray, labels: np.ndarray, H) -> _GridFrame:
-        """Each frame at its own working size: a rollout need not have I0's size or shape (the chain's
-        first step, I0 to the first grid frame, takes up the difference)."""
-        import cv2
+    @property
+    def first(self) -> GridFrame:
+        return self.chain.first
 
-        fh, fw = frame.shape[:2]
-        small = downscale(frame, working_scale(frame.shape))
-        size = (small.shape[1], small.shape[0])
-        inst = labels.max(0) if labels.shape[0] else np.zeros(labels.shape[1:], np.float32)
-        lab = cv2.resize(inst.astype(np.float32), size, interpolation=cv2.INTER_LINEAR) >= LABEL_LEVEL
-        k = 2 * LABEL_GROW + 1
-        lab = cv2.dilate(lab.astype(np.uint8), np.ones((k, k), np.uint8)) > 0
-        return _GridFrame(index, small, cv2.cvtColor(small, cv2.COLOR_RGB2GRAY), H, lab, (fh, fw))
+    @property
+    def recent(self) -> list[GridFrame]:
+        """The window's grid frames and the newest (I0 among them at the start)."""
+        return list(self.chain.recent)[-(WINDOW + 1) :]
 
     def step(self, index: int, frame: np.ndarray, labels: np.ndarray) -> None:
         """Take the next grid frame (RGB) with its instances' labels carried along their own tracks
-        (K x h x w, `LabelPropagator.carried`): the raw labels also land on whatever resembles an
-        instance, and a new object often does (tuning: the pasted cat took a pillow's label)."""
-        prev = self.recent[-1]
-        cur = self._grid_frame(index, frame, labels, None)
-        if prev.H is not None:
-            step = _background_step(prev, cur)
-            cur.H = None if step is None else step @ prev.H
-        self.recent.append(cur)
+        (K x h x w, `LabelPropagator.carried`), on a chain of its own."""
+        self.chain.advance(index, frame)
+        self.chain.label(labels)
 
     def candidates(self) -> list[np.ndarray]:
         """Full-resolution masks of new static content in the frame last stepped to."""
         import cv2
 
-        cur = self.recent[-1]
-        if len(self.recent) < WINDOW + 1 or any(g.H is None for g in self.recent):
+        recent = self.recent
+        cur = recent[-1]
+        if len(recent) < WINDOW + 1 or any(g.H is None for g in recent):
             return []
         h, w = cur.small.shape[:2]
         lab0, valid = self._warp(self.first, cur)
-        window = [(self._warp(g, cur), g) for g in list(self.recent)[:-1]]
+        window = [(self._warp(g, cur), g) for g in recent[:-1]]
         for (_, v), _g in window:
             valid &= v
         valid = away_from_edge(valid)
@@ -161,13 +120,13 @@ class PersistentContent:
             out.append(cv2.resize(m.astype(np.uint8), (cur.full[1], cur.full[0]), interpolation=cv2.INTER_NEAREST) > 0)
         return out
 
-    def _labelled_at(self, g: _GridFrame, cur: _GridFrame) -> np.ndarray:
+    def _labelled_at(self, g: GridFrame, cur: GridFrame) -> np.ndarray:
         import cv2
 
         h, w = cur.small.shape[:2]
         return cv2.warpPerspective(g.labelled.astype(np.uint8), cur.H @ np.linalg.inv(g.H), (w, h), flags=cv2.INTER_NEAREST) > 0
 
-    def _warp(self, g: _GridFrame, cur: _GridFrame) -> tuple[np.ndarray, np.ndarray]:
+    def _warp(self, g: GridFrame, cur: GridFrame) -> tuple[np.ndarray, np.ndarray]:
         """Grid frame `g`'s Lab warped to `cur` by the chained background, and where it lands."""
         import cv2
 
@@ -216,53 +175,6 @@ def _nearest_sq(a: np.ndarray, b: np.ndarray, ys: np.ndarray, xs: np.ndarray, re
             d = pa - b[yy, np.clip(xs + dx, 0, w - 1)]
             np.minimum(best, np.einsum("ij,ij->i", d, d), out=best)
     return best
-
-
-def _background_step(prev: _GridFrame, cur: _GridFrame) -> np.ndarray | None:
-    """Homography from `prev`'s working pixels to `cur`'s, fitted on the background outside the labels:
-    tracked corners, or where tracking loses them (a pan of more than about a tenth of the frame
-    between two grid frames), matched SIFT keypoints."""
-    mask = (~prev.labelled).astype(np.uint8) * 255
-    H = _tracked_step(prev, cur, mask)
-    return H if H is not None else _matched_step(prev, cur, mask)
-
-
-def _fit(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
-    import cv2
-
-    if len(a) < MIN_TRACKS:
-        return None
-    H, inl = cv2.findHomography(a, b, cv2.RANSAC, RANSAC_PX)
-    return H if H is not None and int(inl.sum()) >= MIN_TRACKS else None
-
-
-def _matched_step(prev: _GridFrame, cur: _GridFrame, mask: np.ndarray) -> np.ndarray | None:
-    import cv2
-
-    sift = cv2.SIFT_create(MATCH_FEATURES)
-    k0, d0 = sift.detectAndCompute(prev.gray, mask)
-    k1, d1 = sift.detectAndCompute(cur.gray, None)
-    if d0 is None or d1 is None or len(k0) < MIN_TRACKS or len(k1) < 2:
-        return None
-    pairs = [m for m in cv2.BFMatcher(cv2.NORM_L2).knnMatch(d0, d1, k=2) if len(m) == 2 and m[0].distance < MATCH_RATIO * m[1].distance]
-    a = np.float32([k0[m[0].queryIdx].pt for m in pairs]).reshape(-1, 1, 2)
-    b = np.float32([k1[m[0].trainIdx].pt for m in pairs]).reshape(-1, 1, 2)
-    return _fit(a, b)
-
-
-def _tracked_step(prev: _GridFrame, cur: _GridFrame, mask: np.ndarray) -> np.ndarray | None:
-    import cv2
-
-    if prev.gray.shape != cur.gray.shape:
-        return None  # I0 and a rollout of another size: tracking assumes one image size, matching does not
-    p0 = cv2.goodFeaturesToTrack(prev.gray, CORNERS, CORNER_QUALITY, CORNER_GAP, mask=mask)
-    if p0 is None or len(p0) < MIN_TRACKS:
-        return None
-    win = (LK_WINDOW, LK_WINDOW)
-    p1, ok1, _ = cv2.calcOpticalFlowPyrLK(prev.gray, cur.gray, p0, None, winSize=win, maxLevel=LK_LEVELS)
-    back, ok2, _ = cv2.calcOpticalFlowPyrLK(cur.gray, prev.gray, p1, None, winSize=win, maxLevel=LK_LEVELS)
-    ok = (ok1[:, 0] == 1) & (ok2[:, 0] == 1) & (np.linalg.norm((back - p0)[:, 0], axis=1) < LK_BACK)
-    return _fit(p0[ok], p1[ok])
 
 
 def _explained_nearby(lab: np.ndarray, lab0: np.ndarray, m: np.ndarray, box: tuple[int, int, int, int]) -> bool:

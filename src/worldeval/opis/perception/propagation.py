@@ -30,7 +30,8 @@ import numpy as np
 
 from worldeval.geometry import mask_box
 from worldeval.opis.backends.base import ROUTE_PROPAGATED, DenseFeatures, Observation, PropagationEvidence
-from worldeval.opis.perception.persistent import PersistentContent
+from worldeval.opis.perception.background import BackgroundChain
+from worldeval.opis.perception.persistent import WINDOW, PersistentContent
 from worldeval.opis.perception.projection import OCCLUDED, OUT_OF_VIEW
 
 BACKGROUND = 0  # label channel of the background; instance k is channel k + 1
@@ -133,23 +134,27 @@ class LabelPropagator:
         self.track = torch.from_numpy(ref.labels[1:].copy())  # K x h0 x w0: where each instance's track was last
         self.carried: np.ndarray | None = None  # K x h x w of the last step
 
-    def step(self, features: np.ndarray) -> np.ndarray:
-        """(K + 1) x h x w labels of a frame from its h x w x C features."""
+    def step(self, features: np.ndarray, to_memory: list | None = None) -> np.ndarray:
+        """(K + 1) x h x w labels of a frame from its h x w x C features. `to_memory`: per remembered
+        frame (oldest first), the 3 x 3 map of this frame's cell coordinates to that frame's where the
+        background moved (None: no estimate): its window is then searched at both places."""
         import torch
 
         h, w, c = features.shape
         tgt = torch.from_numpy(np.ascontiguousarray(features.reshape(-1, c), dtype=np.float32))
         n0 = self.ref_l.shape[0]
         aff0 = tgt @ self.ref_f.T
-        local = [m for m in self.recent if m[0].shape[0] == tgt.shape[0]]  # (another size cannot happen within one video)
+        keep = [m[0].shape[0] == tgt.shape[0] for m in self.recent]
+        local = [m for m, k in zip(self.recent, keep) if k]  # (another size cannot happen within one video)
         if local:
             # a remembered frame is only reachable within `radius` cells: its affinities are gathered
             # at each location's (2r + 1)^2 window (out-of-frame places -inf) instead of computed and
             # masked for every pair, which keeps the top-k over hw0 + n (2r + 1)^2 entries, not hw0 + n hw
-            nbr, off = self._window(h, w)
-            affs = [aff0] + [(tgt @ f.T).gather(1, nbr).masked_fill_(off, float("-inf")) for f, _, _ in local]
-            vals, idx = torch.cat(affs, 1).topk(min(self.topk, aff0.shape[1] + len(local) * nbr.shape[1]), dim=1)
-            lab, car = self._pick(idx, n0, local, nbr)
+            moves = [M for M, k in zip(to_memory or [None] * len(keep), keep) if k]
+            nbrs, offs = self._windows(h, w, moves)
+            affs = [aff0] + [(tgt @ f.T).gather(1, nb).masked_fill_(of, float("-inf")) for (f, _, _), nb, of in zip(local, nbrs, offs)]
+            vals, idx = torch.cat(affs, 1).topk(min(self.topk, aff0.shape[1] + len(local) * nbrs.shape[2]), dim=1)
+            lab, car = self._pick(idx, n0, local, nbrs)
         else:
             vals, idx = aff0.topk(min(self.topk, aff0.shape[1]), dim=1)
             lab, car = self.ref_l[idx], self.ref_l[:, 1:][idx]
@@ -160,6 +165,21 @@ class LabelPropagator:
         self.track = carried.T.reshape(-1, h, w)
         self.carried = self.track.contiguous().numpy()
         return out.T.reshape(-1, h, w).contiguous().numpy()
+
+    def _windows(self, h: int, w: int, moves: list):
+        """(n x hw x P long, n x hw x P bool) for the n remembered frames: each location's window, and where
+        the background moved by a cell or more, a second window at its moved place (cells of the first
+        masked there, so no cell counts twice); P doubles only when some frame has a second window."""
+        import torch
+
+        nbr, off = self._window(h, w)
+        second = [None if M is None else _moved_window(h, w, self.radius, M) for M in moves]
+        if all(s is None for s in second):
+            return nbr[None].expand(len(moves), -1, -1), off[None].expand(len(moves), -1, -1)
+        none = torch.ones_like(off)
+        nbrs = torch.stack([torch.cat([nbr, nbr if s is None else s[0]], 1) for s in second])
+        offs = torch.stack([torch.cat([off, none if s is None else s[1]], 1) for s in second])
+        return nbrs, offs
 
     def _window(self, h: int, w: int):
         """(hw x P long, hw x P bool): each location's (2r + 1)^2 window of cells (flat index, clamped) and
@@ -174,10 +194,10 @@ class LabelPropagator:
         I0's where the index is below `n0`, else of a remembered frame at a place of the window."""
         import torch
 
-        p = nbr.shape[1]
+        p = nbr.shape[2]
         mem = (idx - n0).clamp(min=0)
         which = (mem // p).clamp(max=len(local) - 1)
-        cell = nbr[torch.arange(idx.shape[0])[:, None], mem % p]  # the remembered frame's cell at that window place
+        cell = nbr[which, torch.arange(idx.shape[0])[:, None], mem % p]  # the remembered frame's cell at that window place
         from_i0, i0 = (idx < n0)[..., None], idx.clamp(max=n0 - 1)
         lab = torch.where(from_i0, self.ref_l[i0], torch.stack([m[1] for m in local])[which, cell])
         car = torch.where(from_i0, self.ref_l[:, 1:][i0], torch.stack([m[2] for m in local])[which, cell])
@@ -195,6 +215,26 @@ class LabelPropagator:
         near = F.max_pool2d((track > 0.5).float(), 2 * self.radius + 1, stride=1, padding=self.radius)[0]  # K x h x w
         near = near.reshape(near.shape[0], -1).T  # hw x K
         return torch.where(from_i0[..., None], near[:, None, :], torch.ones(()))
+
+
+def _moved_window(h: int, w: int, radius: int, M: np.ndarray):
+    """(hw x P long, hw x P bool) or None: the (2r + 1)^2 window around where `M` sends each cell, flat
+    indices clamped, masked outside the frame and inside the cell's own window; None when `M` moves no
+    cell by a whole cell (the own window already covers it)."""
+    import torch
+
+    ys, xs = np.divmod(np.arange(h * w), w)
+    p = M @ np.stack([xs, ys, np.ones_like(xs)]).astype(np.float64)
+    cx, cy = np.round(p[0] / p[2]).astype(np.int64), np.round(p[1] / p[2]).astype(np.int64)
+    if not ((cx != xs) | (cy != ys)).any():
+        return None
+    d = np.arange(-radius, radius + 1)
+    dy, dx = np.repeat(d, d.size), np.tile(d, d.size)
+    ny, nx = cy[:, None] + dy[None], cx[:, None] + dx[None]
+    off = (ny < 0) | (ny >= h) | (nx < 0) | (nx >= w)
+    off |= (np.abs(ny - ys[:, None]) <= radius) & (np.abs(nx - xs[:, None]) <= radius)
+    nbr = np.clip(ny, 0, h - 1) * w + np.clip(nx, 0, w - 1)
+    return torch.from_numpy(nbr), torch.from_numpy(off)
 
 
 def propagation_grid(num_frames: int, sampled: list[int], stride: int) -> list[int]:
@@ -236,14 +276,20 @@ def iter_propagation(ref: PropagationReference, frames: dict[int, np.ndarray], g
     With I0 (`image0`) and `extras.persistent` on, the grid also feeds the new-static-content route."""
     prop = LabelPropagator(ref, topk=config.propagation.topk, temperature=config.propagation.temperature,
                            memory=config.propagation.memory, radius=config.propagation.radius)
-    content = PersistentContent(image0, ref.labels[1:]) if image0 is not None and config.extras.persistent else None
+    compensate, persistent = image0 is not None and config.propagation.compensate, image0 is not None and config.extras.persistent
+    # the background followed over the grid: where the remembered frames' windows moved to, and the
+    # persistent route's chain (kept: I0, the remembered frames and the newest)
+    chain = BackgroundChain(image0, ref.labels[1:], keep=max(WINDOW, prop.recent.maxlen) + 2) if compensate or persistent else None
+    content = PersistentContent(chain=chain) if persistent else None
     want = set(sampled)
     last: list[tuple | None] = [None] * ref.n
     for t in grid:
         f = np.asarray(features.dense(frames[t]), np.float32)
-        lab = prop.step(f)
-        if content is not None:
-            content.step(t, frames[t], prop.carried if prop.carried is not None else lab[1:])
+        if chain is not None:
+            chain.advance(t, frames[t])
+        lab = prop.step(f, chain.moved(len(prop.recent), f.shape[:2]) if compensate else None)
+        if chain is not None:
+            chain.label(prop.carried if prop.carried is not None else lab[1:])
         seen_before = list(last)
         # where each object's own track was (not where I0's memory found a look-alike): a removed
         # car is not "out of view" because another car leaves the frame
