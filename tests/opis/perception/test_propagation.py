@@ -557,3 +557,107 @@ def test_propagated_masks_from_the_label_window_equal_the_whole_frame_test(cells
         assert o.propagation.confidence == conf  # the same pixels in the same order: the same mean, bit for bit
         ys, xs = np.nonzero(m)
         assert o.box == (xs.min(), ys.min(), xs.max() - xs.min() + 1, ys.max() - ys.min() + 1)
+
+
+def _one_cell_object_memory(h: int, w: int, at: int):
+    """A propagator whose I0 is all background (vector c) and whose one remembered frame holds the
+    object (vector a, label 1) at cell `at` of a 1 x w row."""
+    import torch
+
+    ref_f = np.zeros((h, w, 3), np.float32)
+    ref_f[..., 2] = 1.0
+    ref_lab = np.zeros((2, h, w), np.float32)
+    ref_lab[0] = 1.0
+    prev_f = ref_f.copy()
+    prev_f[0, at] = (1, 0, 0)
+    prev_lab = torch.zeros(h * w, 2)
+    prev_lab[:, 0] = 1.0
+    prev_lab[at] = torch.tensor([0.0, 1.0])
+    return PR.PropagationReference(ref_f, ref_lab, np.array([0.0])), (torch.from_numpy(prev_f.reshape(-1, 3)), prev_lab, prev_lab[:, 1:])
+
+
+def test_a_remembered_frame_is_also_searched_where_the_background_moved():
+    """The object 3 cells from its place in the remembered frame, out of reach (radius 2); the
+    background moved by those 3 cells, so the window at its moved place reaches it."""
+    ref, mem = _one_cell_object_memory(1, 8, 0)
+    cur = np.zeros((1, 8, 3), np.float32)
+    cur[..., 2] = 1.0
+    cur[0, 3] = (1, 0, 0)
+    shift = np.array([[1.0, 0, -3], [0, 1, 0], [0, 0, 1]])  # this frame's cell x -> the remembered frame's x - 3
+    for moves, want in ((None, 0.0), ([None], 0.0), ([shift], 1.0)):
+        prop = PR.LabelPropagator(ref, topk=1, memory=1, radius=2)
+        prop.recent.append(mem)
+        assert prop.step(cur, moves)[1, 0, 3] == pytest.approx(want), moves
+
+
+def test_a_cell_reached_by_both_windows_counts_once():
+    """A move of one cell: both windows hold the object's remembered cell. At a high temperature the
+    top-2 weigh their entries nearly alike; counted twice the label would be 1, counted once it is
+    the weight of one entry beside I0's best (about a half)."""
+    ref, mem = _one_cell_object_memory(1, 8, 0)
+    cur = np.zeros((1, 8, 3), np.float32)
+    cur[..., 2] = 1.0
+    cur[0, 1] = (1, 0, 0)
+    shift = np.array([[1.0, 0, -1], [0, 1, 0], [0, 0, 1]])
+    prop = PR.LabelPropagator(ref, topk=2, temperature=10.0, memory=1, radius=2)
+    prop.recent.append(mem)
+    got = prop.step(cur, [shift])[1, 0, 1]
+    want = 1 / (1 + math.exp(-0.1))  # affinities 1 (the object) and 0 (I0's background) at T = 10
+    assert got == pytest.approx(want, rel=1e-5)
+    assert PR._moved_window(1, 8, 2, np.eye(3)) is None  # no move: the cell's own window only
+
+
+def test_the_chain_relates_remembered_cells_by_the_pan():
+    """The panned tuning photo (3 px a frame to the right): content at a cell of grid frame t stood
+    4 * 3 px further right in grid frame t - 4, and 8 * 3 px in t - 8."""
+    from tests.helpers.panned_photo import PAN, H, W
+    from tests.helpers.panned_photo import photo as _photo
+    from tests.helpers.panned_photo import view as _view
+    from worldeval.opis.perception.background import BackgroundChain
+
+    img = _photo()
+    cells = (H // 16, W // 16)
+    chain = BackgroundChain(_view(img, 0), np.zeros((0, *cells), np.float32), keep=4)
+    for t in (4, 8, 12):
+        chain.advance(t, _view(img, t))
+        chain.label(np.zeros((0, *cells), np.float32))
+    sx = cells[1] / W  # working pixels are the view's own (300 px is under the working side)
+    moves = chain.moved(2, cells)
+    for M, frames_back in zip(moves, (8, 4)):
+        p = M @ np.array([5.0, 4.0, 1.0])
+        assert p[0] / p[2] == pytest.approx(5.0 + frames_back * PAN * sx, abs=0.1)
+        assert p[1] / p[2] == pytest.approx(4.0, abs=0.1)
+    assert chain.moved(5, cells)[0] is None  # further back than the chain keeps
+
+
+def test_a_static_object_is_followed_through_a_pan_faster_than_the_radius(features):
+    """A block of the panned tuning photo, 8 px a frame (32 px a grid step, about 1.5 cells of the
+    320 px feature map, over a radius of 1 cell): with the moved windows the block's mask stays on it;
+    without, the remembered frames cannot reach it and the mask falls off."""
+    from tests.helpers.panned_photo import H, W
+    from tests.helpers.panned_photo import photo as _photo
+    from tests.helpers.panned_photo import view as _view
+    from worldeval.opis.backends.efficientnet import EfficientNetDenseFeatures
+
+    img, pan = _photo(), 8
+    feats = EfficientNetDenseFeatures(side=320)
+
+    def block(t):
+        m = np.zeros((H, W), bool)
+        m[120:190, max(0, 230 - pan * t) : max(0, 290 - pan * t)] = True
+        return m
+
+    frames = {t: _view(img, t, pan=pan) for t in range(21)}
+    ref = PR.build_propagation_reference(frames[0], [block(0)], feats)
+    sampled = [8, 12, 16, 20]
+    bank = type("Bank", (), {"categories": ["b"], "ids": ["b"], "__len__": lambda self: 1})()
+    iou = {}
+    for comp in (True, False):
+        cfg = EvalConfig(propagation={"radius": 1, "compensate": comp}, extras={"persistent": False})
+        out = PR.propagate_rollout(ref, frames, PR.propagation_grid(21, sampled, 4), sampled, feats, cfg, frames[0])
+        for t in sampled:
+            obs = PR.propagated_observations(bank, frames[t], out[t])
+            m = obs[0].mask if obs else np.zeros((H, W), bool)
+            iou[comp, t] = float((m & block(t)).sum() / (m | block(t)).sum())
+    assert all(iou[True, t] > 0.4 for t in sampled), iou
+    assert iou[False, 20] < 0.15, iou

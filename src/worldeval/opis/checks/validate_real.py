@@ -95,6 +95,44 @@ def load_gt_clip(folder: str | Path, max_frames: int | None = None) -> GTClip:
                   fps=gt.fps, category=cat, kinematics=kin, track=track, gt=gt)
 
 
+def pingpong(n: int, k: int) -> list[int]:
+    """Frame indices of a clip of `n` frames played `k` times faster at its own length: every k-th frame
+    forward, then back, then forward again (the object moves k times as far between two frames)."""
+    fwd = list(range(0, n, max(1, int(k))))
+    if len(fwd) < 2:
+        return [0] * n
+    seq = list(fwd)
+    forward = False
+    while len(seq) < n:
+        seq += fwd[1:] if forward else fwd[::-1][1:]
+        forward = not forward
+    return seq[:n]
+
+
+def speed_up_clip(folder: str | Path, k: int, out: str | Path) -> Path:
+    """`folder` (DAVIS layout) `k` times faster (`pingpong`), as links to its frames and masks in
+    `out/<folder name>`; the clip's other files are linked as they are."""
+    import os
+
+    folder, dest = Path(folder), Path(out) / Path(folder).name
+    subs = [d for d in ("frames", "masks", "masks_union_davis2016") if (folder / d).is_dir()]
+    n = len(sorted((folder / "frames").iterdir()))
+    seq = pingpong(n, k)
+    for sub in subs:
+        files = sorted((folder / sub).iterdir())
+        if len(files) != n:
+            raise gtclips.GTError(folder / sub, sub, f"{len(files)} files for {n} frames")
+        (dest / sub).mkdir(parents=True, exist_ok=True)
+        for j, i in enumerate(seq):
+            link = dest / sub / f"{j:05d}{files[i].suffix}"
+            if not link.is_symlink():
+                os.symlink(files[i].resolve(), link)
+    for f in folder.iterdir():
+        if f.is_file() and not (dest / f.name).is_symlink():
+            os.symlink(f.resolve(), dest / f.name)
+    return dest
+
+
 # ---------------------------------------------------------------- rollouts
 
 
@@ -440,18 +478,20 @@ def pass_rates(results: dict, checks, required: float = 0.90) -> dict:
 
 
 def run_validate_clips(folders: list[str | Path], out: str | Path, backend: str = "classical", workers: int = 1,
-                       force: bool = False, log=print, max_frames: int | None = None) -> dict:
-    """Synthesise, evaluate and assess the real clips; writes `out/validate_clips.json`."""
+                       force: bool = False, log=print, max_frames: int | None = None, config: dict | None = None) -> dict:
+    """Synthesise, evaluate and assess the real clips; writes `out/validate_clips.json`. `config`:
+    EvalConfig settings of the evaluation (the defaults where absent)."""
     out = Path(out)
     records = synthesize_clips([Path(f) for f in folders], out, force=force, log=log, max_frames=max_frames)
     run_dirs = {}
     for name in CLIP_INTERVENTIONS:
         if (out / "rollouts" / name).is_dir():
             run_dirs[name] = out / "runs" / name
-            run_eval(out / "cases", out / "rollouts" / name, name, run_dirs[name], backend=backend, workers=workers, force=True)
+            run_eval(out / "cases", out / "rollouts" / name, name, run_dirs[name], backend=backend, workers=workers, force=True,
+                     config=config)
             log(f"eval clips {name}: done")
     result = assess_clips(run_dirs, records)
-    result["config"] = {"clips": [str(f) for f in folders], "backend": backend, "max_frames": max_frames}
+    result["config"] = {"clips": [str(f) for f in folders], "backend": backend, "max_frames": max_frames, "eval": config or {}}
     result["run_dirs"] = {k: str(v) for k, v in run_dirs.items()}
     atomic_write_json(out / "validate_clips.json", result)
     return result
