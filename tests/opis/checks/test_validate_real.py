@@ -226,3 +226,28 @@ def test_validate_command_on_clips_with_an_ideal_evaluator(tmp_path, monkeypatch
     # 49 frames at 24 fps: sampled 24 (the disc shows), 32, 40, 48 (it is gone); every decision agrees
     assert (m["sampled_frames"], m["shows_frames"], m["gone_frames"]) == (4, 1, 3)
     assert m["association_agreed"] == m["association_decisions"] == 4
+
+
+def test_pingpong_plays_every_kth_frame_forward_and_back_at_the_clips_length():
+    from worldeval.opis.checks.validate_real import pingpong
+
+    assert pingpong(10, 3) == [0, 3, 6, 9, 6, 3, 0, 3, 6, 9]
+    assert pingpong(6, 1) == list(range(6))
+    assert pingpong(5, 4) == [0, 4, 0, 4, 0]
+    assert pingpong(3, 5) == [0, 0, 0]  # one frame a pass: the clip stands still
+
+
+def test_a_sped_up_clip_loads_with_its_masks_in_the_new_order(tmp_path):
+    from worldeval.opis.checks.validate_real import speed_up_clip
+
+    clip = _clip(tmp_path, n=12)
+    fast = load_gt_clip(speed_up_clip(tmp_path / "moving", 3, tmp_path / "x3"))
+    assert fast.name == "moving" and len(fast.frames) == 12
+    for j, i in enumerate([0, 3, 6, 9, 6, 3, 0, 3, 6, 9, 6, 3]):
+        assert np.array_equal(fast.frames[j], clip.frames[i]) and np.array_equal(fast.masks[j], clip.masks[i]), j
+    (tmp_path / "bad" / "frames").mkdir(parents=True)
+    (tmp_path / "bad" / "masks").mkdir()
+    for k in range(3):
+        (tmp_path / "bad" / "frames" / f"{k:05d}.jpg").write_bytes(b"")
+    with pytest.raises(Exception, match="masks"):
+        speed_up_clip(tmp_path / "bad", 2, tmp_path / "x2")

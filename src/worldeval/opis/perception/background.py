@@ -18,9 +18,12 @@ import numpy as np
 
 from worldeval.opis.perception.changes import blurred_lab, downscale, working_scale
 
-# an instance's carried label at which its place is not background (the protocol's mask level) and
-# the working pixels its places are grown by (a stride-16 cell is about 5)
-LABEL_LEVEL, LABEL_GROW = 0.5, 3
+# an instance's carried label at which its place is not background (nor new content, for the
+# persistent route): the protocol's mask level. Below it lies the haze an instance's label spreads
+# over a look-alike next to its track (tuning, sam2_bedroom: a jar's label at 0.25-0.5 over a cat
+# pasted below it hid the cat in 7 of 7 frames; at 0.5, 1 of 7)
+LABEL_LEVEL = 0.5
+LABEL_GROW = 3  # working pixels the labelled places are grown by (a stride-16 cell is about 5)
 # background tracking between two grid frames (working size)
 CORNERS, CORNER_QUALITY, CORNER_GAP = 200, 0.01, 8
 LK_WINDOW, LK_LEVELS, LK_BACK = 15, 3, 1.0  # forward-backward disagreement (px) a kept track may have

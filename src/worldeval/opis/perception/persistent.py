@@ -3,11 +3,9 @@
 The change route (`changes.py`) compares a frame with I0 warped by that frame's own camera. On
 real video that camera is often unreliable (a long baseline, parallax, a moving subject), and
 where it is reliable, water, an animal walking or children jumping change more of the view than
-the route allows, so it never names an extra there. This route follows the background instead,
-over the propagation grid, one short step at a time: corners outside every instance's carried
-label tracked from the grid frame before (Lucas-Kanade, forward and backward; matched SIFT keypoints
-where tracking loses them), a RANSAC homography per step, chained, so I0 can be warped to any grid
-frame as long as no step failed.
+the route allows, so it never names an extra there. This route reads the background followed
+over the propagation grid instead (`background.BackgroundChain`: one short step at a time, chained),
+so I0 can be warped to any grid frame as long as no step failed.
 
 At a sampled frame a pixel is *new static content* when
 
