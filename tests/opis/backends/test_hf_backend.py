@@ -463,3 +463,35 @@ def test_hf_backend_runs_the_persistent_extras_route(tiny, tmp_path, monkeypatch
     assert pasted.keys() == faithful.keys()
     for t, found in pasted.items():
         assert [o["box"] for o in found if o["route"] == "persistent" and on_patch(o["box"], t)], (t, found)
+
+
+def test_hf_dense_features_take_the_moved_memory_windows(tiny, monkeypatch):
+    """`propagation.compensate` is shared perception: on the hf bundle's DINO patch grid (tiny, random
+    weights; a grid of its own size) a pan of 24 px a frame moves the background by more than a cell
+    between grid frames, so every remembered frame gets its moved window, and the labels stay a
+    distribution over the instances at every location."""
+    import numpy as np
+
+    from tests.helpers.panned_photo import H, W
+    from tests.helpers.panned_photo import photo as _photo
+    from tests.helpers.panned_photo import view as _view
+    from worldeval.opis.perception import propagation as PR
+    from worldeval.opis.perception.config import EvalConfig
+
+    backend = build_hf_backend("cpu", sam3=tiny["sam3"], dinov3=tiny["dinov3"], matcher=tiny["lightglue"],
+                               score_threshold=0.0, features_side=64)
+    img = _photo()
+    frames = {t: _view(img, t, pan=24) for t in range(13)}
+    block = np.zeros((H, W), bool)
+    block[120:190, 200:260] = True
+    ref = PR.build_propagation_reference(frames[0], [block], backend.features)
+    moved = []
+    real = PR._moved_window
+    monkeypatch.setattr(PR, "_moved_window", lambda *a: moved.append((a[0:2], real(*a))) or moved[-1][1])
+    cfg = EvalConfig(propagation={"compensate": True}, extras={"persistent": False})
+    out = PR.propagate_rollout(ref, frames, [4, 8, 12], [8, 12], backend.features, cfg, frames[0])
+    assert sorted(out) == [8, 12]
+    assert len(moved) == 1 + 2  # one remembered frame at the second step, two at the third
+    assert all(hw == ref.features.shape[:2] and got is not None for hw, got in moved), [(hw, got is None) for hw, got in moved]
+    for pf in out.values():
+        np.testing.assert_allclose(pf.labels.sum(0), 1.0, rtol=1e-5)
