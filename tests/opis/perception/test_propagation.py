@@ -395,10 +395,12 @@ def test_eval_command_takes_the_propagation_settings_into_the_manifest(tmp_path)
     write_case(tmp_path / "ds" / "disc", spec, frames[0], {"disc": masks[0]})
     write_video(tmp_path / "ro" / "disc.mp4", frames, 24)
     r = CliRunner().invoke(app, ["opis", "eval", "--dataset", str(tmp_path / "ds"), "--rollouts", str(tmp_path / "ro"), "--model", "m",
-                                 "--out", str(tmp_path / "run"), "--workers", "0", "--quiet", "--propagation-stride", "8"])
+                                 "--out", str(tmp_path / "run"), "--workers", "0", "--quiet", "--propagation-stride", "8",
+                                 "--propagation-compensate"])
     assert r.exit_code == 0, r.output
     cfg = json.loads((tmp_path / "run" / "manifest.json").read_text())["config"]["eval"]
     assert cfg["propagation"]["enabled"] is True and cfg["propagation"]["stride"] == 8  # the option, not the default (4)
+    assert cfg["propagation"]["compensate"] is True and EvalConfig().propagation.compensate is False
     rec = json.loads((tmp_path / "run" / "frames" / "m" / "disc.json").read_text())
     obj = rec["frames"][0]["objects"][0]
     assert obj["status"] == "matched" and obj["route"] == "propagated"

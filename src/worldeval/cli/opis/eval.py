@@ -63,6 +63,7 @@ def eval_cmd(
     max_frames: Optional[int] = typer.Option(None, "--max-frames", help="Keep only the first N sampled frames (the OPIS authors' evaluator: 64)."),
     first_frame: str = typer.Option(EvalConfig.model_fields["first_frame"].default, "--first-frame", help="First sample: round (SPEC: round(1 s x fps)) or at_or_after (the authors': the first frame at or after 1 s)."),
     no_propagation: bool = typer.Option(False, "--no-propagation", help="Turn the propagation stage off (the search alone)."),
+    propagation_compensate: bool = typer.Option(False, "--propagation-compensate", help="Also search remembered frames where the background moved (camera pans faster than the window; off by default, docs/validation.md 'Fast motion')."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Frames per segmenter/embedder batch (hf: the backend option batch_size)."),
     base_url: Optional[str] = typer.Option(None, "--base-url", help="Judge endpoint for structural claims (OpenAI-compatible)."),
     judge_model: Optional[str] = typer.Option(None, "--judge-model", help="Judge model for structural claims."),
@@ -87,7 +88,8 @@ def eval_cmd(
     try:
         summary = run_eval(
             dataset, rollouts, model, out, backend=backend, device=device, workers=workers, executor=executor,
-            address=address, force=force, judge=judge, config=_config(max_side=max_side, propagation={"enabled": not no_propagation, "stride": propagation_stride},
+            address=address, force=force, judge=judge, config=_config(max_side=max_side, propagation={"enabled": not no_propagation, "stride": propagation_stride,
+                                                                                                 "compensate": propagation_compensate},
                                                       max_frames=max_frames, first_frame=first_frame),
             backend_options={**parse_options(backend_option), **({"batch_size": batch_size} if batch_size else {})}, progress=None if quiet else True,
         )
