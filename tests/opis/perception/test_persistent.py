@@ -110,3 +110,21 @@ def test_a_rollout_of_another_size_gives_masks_of_its_own_size():
             ys, xs = np.nonzero(found[0])
             px, py, w, h = PATCH
             assert abs(xs.min() / 1.5 - (px - PAN * t)) <= 3 and abs(ys.min() / 1.5 - py) <= 3, t
+
+
+def test_the_chain_goes_on_fitting_steps_after_a_failure_only_when_asked():
+    """A blank grid frame breaks the chain from I0 (no corners, no keypoints); the steps after it are
+    fitted only for the moved memory windows (`after_failure`), which need short chains, not I0's."""
+    from worldeval.opis.perception.background import BackgroundChain
+
+    photo = _photo()
+    none = np.zeros((0, H // 16, W // 16), np.float32)
+    blank = np.full_like(_view(photo, 4), 128)
+    for after, fitted in ((True, True), (False, False)):
+        chain = BackgroundChain(_view(photo, 0), none, keep=4, after_failure=after)
+        for t, frame in ((4, blank), (8, _view(photo, 8)), (12, _view(photo, 12))):
+            chain.advance(t, frame)
+            chain.label(none)
+        assert chain.recent[1].step is None and all(g.H is None for g in list(chain.recent)[1:])
+        assert (chain.recent[-1].step is not None) is fitted
+        assert (chain.moved(1, (H // 16, W // 16))[0] is not None) is fitted

@@ -80,15 +80,18 @@ class BackgroundChain:
     """Fed the propagation grid in order: `advance` to a frame (its step fitted on the frame before's
     background), then `label` it with its instances' carried labels (the next step's mask)."""
 
-    def __init__(self, image0: np.ndarray, labels0: np.ndarray, keep: int):
-        """`labels0`: I0's instance labels, K x h x w at feature resolution; `keep`: grid frames kept (I0 first)."""
+    def __init__(self, image0: np.ndarray, labels0: np.ndarray, keep: int, after_failure: bool = True):
+        """`labels0`: I0's instance labels, K x h x w at feature resolution; `keep`: grid frames kept (I0
+        first); `after_failure`: go on fitting steps once the chain from I0 broke (only `moved` reads them)."""
         self.first = grid_frame(0, image0, labels0, np.eye(3))
         self.recent: deque = deque([self.first], maxlen=max(2, int(keep)))
+        self.after_failure = bool(after_failure)
 
     def advance(self, index: int, frame: np.ndarray) -> GridFrame:
         prev = self.recent[-1]
         cur = grid_frame(index, frame, None, None)
-        cur.step = _background_step(prev, cur)
+        if prev.H is not None or self.after_failure:
+            cur.step = _background_step(prev, cur)
         if prev.H is not None and cur.step is not None:
             cur.H = cur.step @ prev.H
         self.recent.append(cur)

@@ -56,7 +56,7 @@ class PersistentContent:
     def __init__(self, image0: np.ndarray | None = None, labels0: np.ndarray | None = None, chain: BackgroundChain | None = None):
         """Over `chain` (the propagation's), or a chain of its own from I0 and `labels0` (K x h x w
         at feature resolution), fed by `step`."""
-        self.chain = chain if chain is not None else BackgroundChain(image0, labels0, keep=WINDOW + 1)
+        self.chain = chain if chain is not None else BackgroundChain(image0, labels0, keep=WINDOW + 1, after_failure=False)
 
     @property
     def first(self) -> GridFrame:

@@ -279,7 +279,8 @@ def iter_propagation(ref: PropagationReference, frames: dict[int, np.ndarray], g
     compensate, persistent = image0 is not None and config.propagation.compensate, image0 is not None and config.extras.persistent
     # the background followed over the grid: where the remembered frames' windows moved to, and the
     # persistent route's chain (kept: I0, the remembered frames and the newest)
-    chain = BackgroundChain(image0, ref.labels[1:], keep=max(WINDOW, prop.recent.maxlen) + 2) if compensate or persistent else None
+    chain = (BackgroundChain(image0, ref.labels[1:], keep=max(WINDOW, prop.recent.maxlen) + 2, after_failure=compensate)
+             if compensate or persistent else None)
     content = PersistentContent(chain=chain) if persistent else None
     want = set(sampled)
     last: list[tuple | None] = [None] * ref.n
