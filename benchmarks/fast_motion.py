@@ -37,7 +37,7 @@ def run(args, speed: int, settings: dict, tag: str) -> dict:
         m = {k: v["checks"][k].get("measurements", {}) for k in ("faithful", "removed")}
         f, r = m["faithful"], m["removed"]
         out[name] = {"faithful_on_target": len(f.get("on_target_frames", [])), "faithful_shows": f.get("shows_frames"),
-                     "removed_matched": len([t for t in r.get("matched_frames", [])]), "removed_shows": r.get("shows_frames")}
+                     "removed_matched": len(r.get("matched_frames", [])), "removed_shows": r.get("shows_frames")}
     return out
 
 

@@ -31,8 +31,6 @@ RANSAC_PX, MIN_TRACKS = 1.5, 20
 MATCH_FEATURES, MATCH_RATIO = 500, 0.75  # SIFT where tracking fails: keypoints a grid frame, Lowe's ratio
 
 
-
-
 @dataclass
 class GridFrame:
     index: int
