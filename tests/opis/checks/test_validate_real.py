@@ -251,3 +251,14 @@ def test_a_sped_up_clip_loads_with_its_masks_in_the_new_order(tmp_path):
         (tmp_path / "bad" / "frames" / f"{k:05d}.jpg").write_bytes(b"")
     with pytest.raises(Exception, match="masks"):
         speed_up_clip(tmp_path / "bad", 2, tmp_path / "x2")
+
+
+def test_two_clip_folders_of_one_name_are_refused_naming_both(tmp_path):
+    from worldeval.opis.checks.gtclips import GTError
+    from worldeval.opis.checks.validate_real import synthesize_clips
+
+    a, b = tmp_path / "x" / "moving", tmp_path / "y" / "moving"
+    with pytest.raises(GTError, match="moving") as err:
+        synthesize_clips([a, tmp_path / "z" / "other", b], tmp_path / "out", log=lambda *_: None)
+    assert str(a) in str(err.value) and str(b) in str(err.value)
+    assert not (tmp_path / "out").exists()  # refused before anything is rendered

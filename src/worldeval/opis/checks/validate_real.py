@@ -409,6 +409,7 @@ def synthesize_clips(folders: list[Path], out: Path, force: bool = False, log=pr
     """
     import json
 
+    _distinct_names(folders)
     records: dict[str, dict] = {}
     for k, folder in enumerate(folders):
         name = Path(folder).name
@@ -433,6 +434,18 @@ def synthesize_clips(folders: list[Path], out: Path, force: bool = False, log=pr
         log(f"synth clip {name}: {len(clip.frames)} frames, {len(rec['videos'])} rollouts"
             + (f", skipped {sorted(rec['skipped'])}" if rec["skipped"] else ""))
     return records
+
+
+def _distinct_names(folders: list[Path]) -> None:
+    """Clips are keyed by folder name (case id, synth record, run rows): two folders of one name would
+    silently keep one clip and report pass rates out of too few."""
+    seen: dict[str, Path] = {}
+    for folder in folders:
+        name = Path(folder).name
+        if name in seen:
+            raise gtclips.GTError(folder, "name", f"clip name {name!r} is also the name of {seen[name]}; "
+                                  "every --clip folder needs a distinct name (rename or copy one)")
+        seen[name] = Path(folder)
 
 
 def assess_clips(run_dirs: dict[str, Path], records: dict[str, dict], th: ClipThresholds | None = None) -> dict:
