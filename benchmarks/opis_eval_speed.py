@@ -61,7 +61,13 @@ def _spec(case_id: str, instances: list[dict], camera: dict | None = None) -> di
     return spec
 
 
-def build_bmx(data: Path, work: Path) -> None:
+def bounce(n: int, length: int) -> list[int]:
+    """Frame indices 0..n-1 played forward, back, forward ... to `length` frames (each end shown once a turn)."""
+    cycle = list(range(n)) + list(range(n - 2, 0, -1)) if n > 1 else [0]
+    return [cycle[k % len(cycle)] for k in range(length)]
+
+
+def build_bmx(data: Path, work: Path, length: int | None = None) -> None:
     from PIL import Image
 
     from worldeval.media import read_image, write_video
@@ -69,6 +75,8 @@ def build_bmx(data: Path, work: Path) -> None:
 
     davis = data / "davis_bmx_trees"
     frames = [read_image(p) for p in sorted((davis / "frames").glob("*.jpg"))]
+    if length is not None:  # as long as the other cases, so one case's fixed cost is spread alike
+        frames = [frames[k] for k in bounce(len(frames), length)]
     labels = np.asarray(Image.open(davis / "first_frame_instances_davis2017.png"))
     write_case(work / "n1" / "ds" / "n1", _spec("n1", [_instance("rider", "person", "articulated", "dynamic")]),
                frames[0], {"rider": labels > 0})
@@ -158,14 +166,26 @@ def build_coco_mosaic(data: Path, work: Path, n: int = 25) -> None:
     reference_producer("oracle").produce(case, work / cid / "ro" / f"{cid}.mp4", ctx)
 
 
-def build(data: Path, work: Path, coco: bool) -> list[str]:
+# Video length of the cases: `short`, 80 frames (7 samples at 24 fps; the figures of earlier rounds),
+# or `full`, the bedroom's 200 frames and bmx-trees played forward and back to 200 (22 samples each,
+# nearer an OPIS case's 28 on average: 14,000 sampled frames over 500 cases).
+LENGTHS = {"short": 80, "full": 200}
+
+
+def build(data: Path, work: Path, coco: bool, length: str = "short") -> list[str]:
     """The cases' folders under `work` (reused when already there); their names in measuring order."""
     names = list(SIZES) + (["coco25"] if coco else [])
+    frames = LENGTHS[length]
+    marker = work / "length.txt"
+    if marker.exists() and marker.read_text() != length:
+        raise SystemExit(f"{work} holds {marker.read_text()} cases; use another --work for --length {length}")
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(length)
     if not (work / "n1" / "ro" / "n1.mp4").exists():
-        build_bmx(data, work)
+        build_bmx(data, work, None if length == "short" else frames)
     todo = [s for s in SIZES[1:] if not (work / s / "ro" / f"{s}.mp4").exists()]
     if todo:
-        build_bedroom(data, work, todo, 80)
+        build_bedroom(data, work, todo, frames)
     if coco and not (work / "coco25" / "ro" / "coco25.mp4").exists():
         build_coco_mosaic(data, work)
     return names
@@ -216,7 +236,8 @@ def report(out: dict) -> None:
     from worldeval.opis.evaluate import STAGES
 
     opts = ", ".join(f"{k}={v}" for k, v in out["options"].items()) or "default options"
-    print(f"classical backend ({opts}), {out['repeats']} interleaved repeats, at most {out['max_frames']} sampled frames a case; "
+    frames = f"at most {out['max_frames']} sampled frames" if out["max_frames"] else "every sampled frame"
+    print(f"classical backend ({opts}), {out.get('length', 'short')} cases, {out['repeats']} interleaved repeats, {frames} a case; "
           f"load average at start {out['load'][0]:.2f}, at end {out['load'][1]:.2f}")
     head = "".join(f"{k[:6]:>7s}" for k in STAGES)
     print(f"{'case':8s}{'frames':>7s}{'fr/s min':>9s}{'med':>7s}{'s/fr med':>9s}{'cpu/fr':>8s}  share %:{head}")
@@ -233,7 +254,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[1].parent / "shared" / "data")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--max-frames", type=int, default=6, help="sampled frames per case (EvalConfig.max_frames)")
+    ap.add_argument("--max-frames", type=int, default=None,
+                    help="sampled frames per case (EvalConfig.max_frames; default 6 with --length short, all with full; 0: all)")
+    ap.add_argument("--length", choices=sorted(LENGTHS), default="short",
+                    help="short: 80-frame cases; full: 200-frame cases evaluated as users run them (every sample)")
     ap.add_argument("--work", type=Path, default=None, help="build the cases here and keep them (default: a temporary folder)")
     ap.add_argument("--cases", default=None, help="comma-separated subset of n1,n8,n25,n50,coco25")
     ap.add_argument("--coco", action="store_true", help="also the 25-instance COCO mosaic (oracle pan)")
@@ -248,9 +272,11 @@ def main(argv=None) -> int:
     tmp = None if args.work else tempfile.mkdtemp(prefix="opis_speed_")
     work = args.work or Path(tmp)
     try:
-        names = build(args.data, work, args.coco or "coco25" in (args.cases or ""))
+        names = build(args.data, work, args.coco or "coco25" in (args.cases or ""), args.length)
         names = [n for n in names if args.cases is None or n in args.cases.split(",")]
-        cfg = {"max_frames": args.max_frames}
+        if args.max_frames is None:
+            args.max_frames = 6 if args.length == "short" else 0
+        cfg = {"max_frames": args.max_frames or None}
         options = dict(o.split("=", 1) for o in args.option)
         for name in names:  # run folders of an earlier call (another config) are scratch
             shutil.rmtree(work / name / "run", ignore_errors=True)
@@ -261,7 +287,7 @@ def main(argv=None) -> int:
         for r in range(args.repeats):
             for name in names:
                 runs[name].append(measure(work, name, f"rep{r}_{time.time_ns()}", cfg, options))
-        out = {"repeats": args.repeats, "max_frames": args.max_frames, "options": options,
+        out = {"repeats": args.repeats, "length": args.length, "max_frames": args.max_frames, "options": options,
                "load": (load0, os.getloadavg()[0]), **summarise(names, runs)}
     finally:
         if tmp:

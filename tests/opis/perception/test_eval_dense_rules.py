@@ -52,7 +52,7 @@ def test_propagation_support_is_the_carried_label_over_the_masks_cells():
 class _Embedder:
     """An AppearanceEmbedder whose appearance is the first component's product (hand-set values)."""
 
-    name, versions = "hand", {}
+    name, versions, min_batch = "hand", {}, 1
 
     def embed(self, image, masks, boxes):
         return [np.ones(1) for _ in masks]

@@ -119,3 +119,62 @@ def test_removed_object_is_not_matched_and_pasted_object_is_an_extra(scene):
     _, faithful_extras = _measure(case, case.image.copy(), backend)
     _, n_extra = _measure(case, pasted, backend)
     assert faithful_extras == 0 and n_extra >= 1
+
+
+def test_descriptors_no_rule_reads_are_skipped_and_nothing_changes(scene, monkeypatch):
+    """Observations no instance may match and no extra rule may name get no descriptor; the frame's rows
+    and records are those of the frame with every descriptor (the pasted and removed edits)."""
+    import worldeval.opis.perception.frame as frame_mod
+    from worldeval.opis.checks.synth import remove_object
+    from worldeval.opis.perception.config import EvalConfig
+    from worldeval.opis.perception.frame import measure_frame
+    from worldeval.opis.perception.reference import build_reference
+
+    case, other, backend = scene
+    bank = build_reference(case, backend.embedder)
+    removed = remove_object(case.image, case.masks[TARGET], _others(case, TARGET))
+    shifted = np.roll(case.image, 9, axis=1)  # a small pan: the search finds more than the objects
+    real = frame_mod.descriptors_needed
+    counts = []
+
+    def counting(st, ev, config):
+        need = real(st, ev, config)
+        counts.append((int(need.sum()), len(need)))
+        return need
+
+    # one descriptor at a time: below EfficientNet's batch floor (16) a crop's bits do not depend on its batch,
+    # and a frame this small would otherwise top every crop up (`embed`)
+    monkeypatch.setattr(type(backend.embedder), "min_batch", 1)
+    results = {}
+    for mode in ("skip", "all"):
+        monkeypatch.setattr(frame_mod, "descriptors_needed",
+                            counting if mode == "skip" else (lambda st, ev, config: np.ones(len(st.obs), bool)))
+        results[mode] = [measure_frame(bank, f, backend, EvalConfig()) for f in (removed, shifted)]
+    assert sum(n - k for k, n in counts) > 0, counts  # some descriptor was left out
+    for a, b in zip(results["skip"], results["all"]):
+        assert a.rows == b.rows and a.objects == b.objects
+
+
+def test_embedding_tops_up_to_the_embedders_batch_floor():
+    from types import SimpleNamespace
+
+    from worldeval.opis.backends.base import Observation
+    from worldeval.opis.perception.frame import embed
+
+    class Counting:
+        name, versions = "count", {}
+
+        def __init__(self, floor):
+            self.min_batch, self.calls = floor, []
+
+        def embed(self, image, masks, boxes):
+            self.calls.append(len(masks))
+            return [np.ones(2) for _ in masks]
+
+    needed = np.array([True, False, False, True, False, False])
+    for floor, done in ((1, [0, 3]), (4, [0, 1, 2, 3]), (16, list(range(6)))):
+        obs = [Observation(mask=np.ones((2, 2), bool), box=(0, 0, 2, 2), category=None, score=1.0, source="t")
+               for _ in range(6)]
+        emb = Counting(floor)
+        embed(SimpleNamespace(obs=obs, frame=np.zeros((2, 2, 3), np.uint8)), SimpleNamespace(embedder=emb), needed)
+        assert [k for k, o in enumerate(obs) if o.embedding is not None] == done and emb.calls == [len(done)]

@@ -147,6 +147,10 @@ class BatchSegmenter(Segmenter, Protocol):
 class Embedder(Protocol):
     name: str
     versions: dict[str, str]
+    # Crops one forward must hold for a descriptor to be what any larger batch gives it (1: the batch
+    # never matters). A frame embeds at least this many of its crops where it has them, so skipping
+    # the ones no rule reads (`identity.descriptors_needed`) leaves every other descriptor's bits alone.
+    min_batch: int
 
     def embed(self, image: np.ndarray, masks: list[np.ndarray], boxes: list[tuple[float, float, float, float]]) -> np.ndarray:
         """N x D L2-normalised crop descriptors (colour-aware: identity includes colour pattern)."""

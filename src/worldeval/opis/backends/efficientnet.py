@@ -190,6 +190,7 @@ class EfficientNetColourEmbedder:
     """Embedder protocol: mask-weighted EfficientNet-Lite0 features + Lab colour histogram."""
 
     name = "efficientnet-lite0+lab"
+    min_batch = CROP_CHUNK  # below it oneDNN takes another kernel (CROP_CHUNK's note)
 
     def __init__(self, cnn_weight: float = CNN_WEIGHT, threads: int | None = 1,
                  cnn_calibration: tuple[float, float] = CNN_CALIBRATION, colour_calibration: tuple[float, float] = COLOUR_CALIBRATION,

@@ -92,6 +92,10 @@ class DinoEmbedder:
     paper's configuration, pure DINO.
     """
 
+    # a batch changes a descriptor only within the device's float tolerance (tests/opis/backends: batched
+    # against one crop at a time), so a frame may embed as few crops as it needs
+    min_batch = 1
+
     def __init__(
         self,
         model_name: str,

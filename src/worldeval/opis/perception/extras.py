@@ -44,13 +44,6 @@ def strong_find(o, config, box=None) -> bool:
     return by_features or (o.route == ROUTE_TEMPLATE and o.score >= config.extras.template_score and whole and distinctive)
 
 
-def _in_seen_region(o, seen, shape) -> bool:
-    H, W = shape
-    x, y, w, h = o.box
-    cx, cy = int(min(W - 1, max(0, x + w / 2))), int(min(H - 1, max(0, y + h / 2)))
-    return bool(seen[cy, cx]) and o.mask.sum() > 0
-
-
 def _explained(st, j: int, i_best: int, strong: bool, matched: set, conf: float, config, stats: MaskStats | None = None) -> bool:
     """The candidate is a piece of a matched object, lies at a projected place, or may be an
     instance that is not accounted for (unless it clearly looks like another one)."""
@@ -138,7 +131,7 @@ def search_extras(st, seen, config) -> None:
     stats = MaskStats()
     for j, o in enumerate(st.obs):
         # a propagated mask is a reference instance carried forward, never a new object
-        if j in matched or o.route in (ROUTE_PROJECTION, ROUTE_PROPAGATED) or not _in_seen_region(o, seen, st.shape):
+        if j in matched or o.route in (ROUTE_PROJECTION, ROUTE_PROPAGATED) or not P.in_seen_region(o, seen, st.shape):
             continue
         col = sim[:, j] if sim.size else np.array([])
         if not len(col) or not np.isfinite(col).any():

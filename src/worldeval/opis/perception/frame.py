@@ -12,7 +12,9 @@ its own part:
                                       moving parts (classical)
     propagate  -> obs                 verified propagated masks
     propose    -> obs                 place proposals where the camera puts a static instance
-    embed      -> obs[*].embedding    appearance descriptors of observations without one
+    embed      -> obs[*].embedding    appearance descriptors of observations without one that a rule
+                                      can read (eligible for an instance on the descriptor-free
+                                      evidence, or a possible extra)
     associate  -> assoc               gates, provenance and keypoint support, one-to-one matching
     identity   -> ambiguous, visibility, appearance
     occlusion  -> visibility          unmatched static instances covered by a nearer matched or dynamic object
@@ -40,7 +42,7 @@ from worldeval.opis.perception.association import Association, gate_zone
 from worldeval.opis.perception.camera import CameraEstimate, camera_record, estimate_camera
 from worldeval.opis.perception.config import EvalConfig
 from worldeval.opis.perception.extras import confirm_extras
-from worldeval.opis.perception.identity import associate_observations, identify
+from worldeval.opis.perception.identity import associate_observations, descriptors_needed, identify, pair_evidence
 from worldeval.opis.perception.motion import frames_moving_parts, motion_proposals, wants_motion
 from worldeval.opis.perception.places import propose_places
 from worldeval.opis.perception.propagation import PropagatedFrame, needs_find, propagated_observations, verified
@@ -215,8 +217,15 @@ def propose(st: FrameState, backend: Backend, config: EvalConfig) -> None:
     st.obs.extend(propose_places(st, backend.matcher, config))
 
 
-def embed(st: FrameState, backend: Backend) -> None:
+def embed(st: FrameState, backend: Backend, needed: np.ndarray | None = None) -> None:
+    """Descriptors of the observations without one; with `needed` (`identity.descriptors_needed`) only of
+    those a rule can read, topped up with others to the embedder's `min_batch` where the frame has that
+    many (so each descriptor is computed in the same kind of batch as with all of them)."""
     todo = [k for k, o in enumerate(st.obs) if o.embedding is None]
+    if needed is not None and todo:
+        want = [k for k in todo if needed[k]]
+        spare = [k for k in todo if not needed[k]]
+        todo = sorted(want + spare[: max(0, min(len(todo), backend.embedder.min_batch) - len(want))])
     if todo:
         embs = backend.embedder.embed(st.frame, [st.obs[k].mask for k in todo], [st.obs[k].box for k in todo])
         for k, e in zip(todo, embs):
@@ -249,10 +258,13 @@ def measure_frame(bank: ReferenceBank, frame: np.ndarray, backend: Backend, conf
         propagate(st, config)
     with timer("camera"):
         propose(st, backend, config)
-    with timer("embedding"):
-        embed(st, backend)
     with timer("association"):
-        associate_observations(st, backend.matcher, config, backend.embedder)
+        evidence = pair_evidence(st, backend.matcher, config)
+        needed = descriptors_needed(st, evidence, config)
+    with timer("embedding"):
+        embed(st, backend, needed)
+    with timer("association"):
+        associate_observations(st, backend.matcher, config, backend.embedder, evidence)
         identify(st, config, backend.embedder)
         P.resolve_occlusion(st, config)
         confirm_extras(st, config)

@@ -109,6 +109,14 @@ def _occluded_share(p: np.ndarray, z: np.ndarray, zbuf: np.ndarray, step: int = 
     return float(np.mean(z > front * (1 + tol)))
 
 
+def in_seen_region(o, seen: np.ndarray, shape) -> bool:
+    """Observation `o`'s box centre lies in the `seen_region` mask (and its mask is not empty)."""
+    H, W = shape
+    x, y, w, h = o.box
+    cx, cy = int(min(W - 1, max(0, x + w / 2))), int(min(H - 1, max(0, y + h / 2)))
+    return bool(seen[cy, cx]) and o.mask.sum() > 0
+
+
 def seen_region(bank, cam, frame_shape, step: int = 8) -> np.ndarray | None:
     """Frame pixels that show scene content observed in I0 (None when the camera is unreliable)."""
     import cv2
