@@ -19,7 +19,11 @@ process, every thread; steadier than wall time on a shared machine), the stage s
 per-frame cost ratios n25/n1 and n50/n25, taken repeat by repeat (paired), min and median.
 
     .venv/bin/python benchmarks/opis_eval_speed.py [--repeats 3] [--max-frames 6] [--work DIR] [--coco]
-        [--option search=lost]
+        [--option search=lost] [--length full]
+
+`--length full` builds 200-frame cases (the bedroom's whole clip, bmx-trees played forward and back
+to the same length) and evaluates every sampled frame (22 a case), as `opis eval` runs a case; a
+work folder holds cases of one length (`length.txt`).
 """
 
 from __future__ import annotations
