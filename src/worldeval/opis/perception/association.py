@@ -121,6 +121,11 @@ def gate_zone(proj_box, frame_shape, tol_frac: float = 0.05) -> tuple[float, flo
     return (cx - rx, cy - ry, cx + rx, cy + ry)
 
 
+def instance_floors(n: int, min_appearance: float, instance_min: list[float] | None = None) -> list[float]:
+    """The likeness each of n instances needs to be eligible: `min_appearance`, or its own floor where higher."""
+    return [min_appearance if instance_min is None else max(min_appearance, instance_min[i]) for i in range(n)]
+
+
 def likeness_matrix(structure: np.ndarray, keypoints: np.ndarray | None, propagation: np.ndarray | None = None) -> np.ndarray:
     """Evidence that observation j is instance i itself: the largest of structure, keypoint and propagation evidence."""
     like = structure if keypoints is None else np.fmax(structure, keypoints)
@@ -256,8 +261,7 @@ def associate(
         b = obs_emb / (np.linalg.norm(obs_emb, axis=1, keepdims=True) + 1e-12)
         sim = a @ b.T
     like = sim if structure is None else likeness_matrix(structure, keypoints, propagation)
-    floors = [min_appearance if instance_min_appearance is None else max(min_appearance, instance_min_appearance[i])
-              for i in range(n)]
+    floors = instance_floors(n, min_appearance, instance_min_appearance)
     aff = affinity_matrix(like, sim, floors, gates, provenance, foreign_min_appearance, structure, keypoints, propagation,
                           ref_attrs, obs_attrs, ref_categories, obs_categories)
     cost = np.where(np.isfinite(aff), -aff, 1e3)

@@ -114,7 +114,7 @@ def _like_enough(likeness, i: int, j: int, floor: float) -> bool:
 
 def confirm_extras(st, config) -> None:
     st.extras = []
-    seen = P.seen_region(st.bank, st.cam, st.shape)
+    seen = P.frame_seen_region(st)
     if seen is not None:
         search_extras(st, seen, config)
         new_content_extras(st, change_candidates(st, seen), config)

@@ -73,6 +73,7 @@ class FrameState:
     propagation: dict[int, PropagationEvidence | None] = field(default_factory=dict)  # instance -> its propagated mask's evidence, verified or not
     propagated_obs: list[Observation] | None = None  # the propagated masks as observations (`propagated_finds`)
     reasons: dict[int, str] = field(default_factory=dict)  # instance -> why its state is what it is, where a rule says
+    seen: tuple | None = None  # (camera, its `projection.seen_region`): `projection.frame_seen_region`'s cache
 
     @property
     def shape(self) -> tuple[int, int]:

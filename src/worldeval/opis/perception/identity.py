@@ -14,7 +14,7 @@ import numpy as np
 
 from worldeval.opis.backends.base import ROUTE_MOVING, ROUTE_OPEN, ROUTE_PROJECTION, ROUTE_PROPAGATED, AppearanceEmbedder
 from worldeval.opis.perception import projection as P
-from worldeval.opis.perception.association import associate, eligibility, geometric_gates_for, likeness_matrix
+from worldeval.opis.perception.association import associate, eligibility, geometric_gates_for, instance_floors, likeness_matrix
 from worldeval.opis.backends.efficientnet import cosine
 from worldeval.opis.perception.likeness import structure_similarity
 from worldeval.opis.perception.places import keypoint_support, support_needed
@@ -252,11 +252,11 @@ def descriptors_needed(st, ev: PairEvidence, config) -> np.ndarray:
     if ev.structure is None:
         return np.ones(m, bool)
     like = likeness_matrix(ev.structure, ev.keypoints, ev.propagation)
-    floors = [max(config.association.min_likeness, f) for f in ev.floors]
+    floors = instance_floors(st.n, config.association.min_likeness, ev.floors)
     need = eligibility(like, floors, ev.gates, ev.provenance, config.association.foreign_min_appearance).any(0)
     with np.errstate(invalid="ignore"):
         likely = (np.where(np.isfinite(like), like, -np.inf) >= config.association.min_likeness).any(0)
-    seen = P.seen_region(st.bank, st.cam, st.shape)
+    seen = P.frame_seen_region(st)
     for j, o in enumerate(st.obs):
         if need[j]:
             continue

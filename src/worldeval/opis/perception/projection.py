@@ -117,6 +117,14 @@ def in_seen_region(o, seen: np.ndarray, shape) -> bool:
     return bool(seen[cy, cx]) and o.mask.sum() > 0
 
 
+def frame_seen_region(st) -> np.ndarray | None:
+    """`seen_region` of a frame state, computed once per frame (the embedding and extras stages both read it)."""
+    cached = getattr(st, "seen", None)
+    if cached is None or cached[0] is not st.cam:
+        st.seen = (st.cam, seen_region(st.bank, st.cam, st.shape))
+    return st.seen[1]
+
+
 def seen_region(bank, cam, frame_shape, step: int = 8) -> np.ndarray | None:
     """Frame pixels that show scene content observed in I0 (None when the camera is unreliable)."""
     import cv2
