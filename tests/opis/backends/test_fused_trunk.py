@@ -1,4 +1,5 @@
-"""The EfficientNet trunk's fused convolution + ReLU6 gives the bits of a convolution followed by a clamp."""
+"""The EfficientNet trunk's fused convolution + ReLU6 gives the bits of a convolution followed by a clamp
+(with the evaluator's one thread and batches of at least CROP_CHUNK crops)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,13 @@ torch = pytest.importorskip("torch")
 from worldeval.opis.backends import efficientnet as E  # noqa: E402
 
 
-@pytest.mark.parametrize("last_block, head, shape", [(15, True, (5, 3, 128, 128)), (10, False, (1, 3, 96, 160))])
-def test_fused_conv_clamp_equals_convolution_then_clamp(last_block, head, shape):
+# The evaluator embeds with one math thread and in chunks of at least CROP_CHUNK crops (`min_batch`):
+# there the fused op gives the bits of the two-step one. Below that oneDNN picks other kernels, and
+# the fused op differs in the last bits (the evaluator always fuses, so its descriptors keep theirs);
+# the thread count is set here because a test before this one may have left another.
+@pytest.mark.parametrize("last_block, head, shape, exact", [
+    (15, True, (E.CROP_CHUNK, 3, 128, 128), True), (10, False, (1, 3, 96, 160), True), (15, True, (5, 3, 128, 128), False)])
+def test_fused_conv_clamp_equals_convolution_then_clamp(last_block, head, shape, exact):
     model, _ = E._load()
     fused = E._FusedTrunk(model, last_block, head)
     if E._conv_clamp_op() is None:
@@ -19,10 +25,13 @@ def test_fused_conv_clamp_equals_convolution_then_clamp(last_block, head, shape)
     plain = E._FusedTrunk(model, last_block, head)
     plain.fused = False  # F.conv2d, then clamp_ in place
     inp = torch.randn(shape, generator=torch.Generator().manual_seed(0))
-    with torch.inference_mode():
+    with E.torch_threads(1), torch.inference_mode():
         a, b = fused(inp), plain(inp)
     assert a.shape == b.shape
-    assert torch.equal(a, b)
+    if exact:
+        assert torch.equal(a, b)
+    else:
+        assert torch.allclose(a, b, rtol=0, atol=1e-4)
     # the fused op applies the clamp itself: the stem's output lies in [0, 6]
     with torch.inference_mode():
         y = fused._conv(fused.stem, inp.contiguous(memory_format=torch.channels_last))

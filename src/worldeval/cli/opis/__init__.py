@@ -4,10 +4,22 @@ from __future__ import annotations
 
 import typer
 
-from worldeval.cli.opis import annotate, audit, build, compare, eval, official, produce, score, validate
+from worldeval.cli.common import register_modules
+
+# Each module and the commands its `register` adds, in the order `worldeval opis --help` lists them.
+MODULES: dict[str, tuple[str, ...]] = {
+    "score": ("score",),
+    "eval": ("eval",),
+    "validate": ("validate", "build-coco"),
+    "annotate": ("annotate",),
+    "produce": ("produce",),
+    "build": ("build", "source", "cases-from-videos"),
+    "audit": ("audit",),
+    "compare": ("compare",),
+    "official": ("import-official", "import-run"),
+}
 
 
-def register(app: typer.Typer) -> None:
-    """Add every `opis` command to `app`, in the order `worldeval opis --help` lists them."""
-    for group in (score, eval, validate, annotate, produce, build, audit, compare, official):
-        group.register(app)
+def register(app: typer.Typer, command: str | None = None) -> None:
+    """Add the `opis` commands to `app`: the module owning `command` only, or every one."""
+    register_modules(app, __name__, MODULES, command)
