@@ -446,7 +446,7 @@ def test_search_windows_are_the_geometric_gate_of_each_placed_static_instance():
 
     cfg = EvalConfig()
     proj = lambda box, state=P.EXPECTED: SimpleNamespace(box=box, state=state)  # noqa: E731
-    st = SimpleNamespace(shape=(300, 400), cam=SimpleNamespace(reliable=True),
+    st = SimpleNamespace(shape=(300, 400), cam=SimpleNamespace(reliable=True), propagated=None,
                          bank=SimpleNamespace(tracks=["static", "static", "dynamic", "static", "static"]),
                          projs=[proj((100.0, 50.0, 40.0, 20.0)), proj((0.0, 0.0, 10.0, 10.0), P.OUT_OF_VIEW), None, proj(None, P.TOO_SMALL),
                                 proj((300.0, 200.0, 60.0, 80.0), P.TOO_SMALL)])
@@ -464,6 +464,36 @@ def test_search_windows_are_the_geometric_gate_of_each_placed_static_instance():
     assert geometric_gates_for((100.0, 50.0, 40.0, 20.0), inside, (300, 400), cfg.association.gate_tolerance).all()
     assert not geometric_gates_for((100.0, 50.0, 40.0, 20.0), outside, (300, 400), cfg.association.gate_tolerance).any()
     assert search_windows(SimpleNamespace(**{**vars(st), "cam": SimpleNamespace(reliable=False)}), cfg) == {}
+
+
+def test_an_unreliable_camera_leaves_the_search_zones_to_the_chained_background():
+    from types import SimpleNamespace
+
+    from worldeval.opis.perception.config import EvalConfig
+    from worldeval.opis.perception.frame import search_windows
+
+    cfg = EvalConfig()
+    # the chain: I0 moved 50 px right and 20 px down, then scaled by 2 about the origin
+    H = np.array([[2.0, 0.0, 100.0], [0.0, 2.0, 40.0], [0.0, 0.0, 1.0]])
+    bank = SimpleNamespace(tracks=["static", "dynamic", "static", "static"],
+                           boxes=[(10.0, 20.0, 30.0, 10.0), (0.0, 0.0, 5.0, 5.0), (300.0, 10.0, 20.0, 20.0), (140.0, 120.0, 20.0, 20.0)])
+    st = SimpleNamespace(shape=(300, 400), cam=SimpleNamespace(reliable=False), projs=[], bank=bank,
+                         propagated=SimpleNamespace(background=H))
+    win = search_windows(st, cfg)
+    m = 0.05 * 500.0
+    # box 0 lands at (120, 80) to (180, 100): centre (150, 90), grown by its own size and the margin
+    assert win[0] == pytest.approx((150 - 60 - m, 90 - 20 - m, 150 + 60 + m, 90 + 20 + m))
+    assert 1 not in win  # dynamic: searched everywhere
+    assert win[2] is None  # carried to x = 700..740, wholly right of the 400 px frame
+    # box 3 lands at (380, 280) to (420, 320): partly in the frame, so searched around it
+    assert win[3] == pytest.approx((400 - 40 - m, 300 - 40 - m, 400 + 40 + m, 300 + 40 + m))
+    # no chain (it broke, or propagation is off), or the option off: the whole frame, as before
+    assert search_windows(SimpleNamespace(**{**vars(st), "propagated": SimpleNamespace(background=None)}), cfg) == {}
+    off = EvalConfig(propagation={"chain_zones": False})
+    assert search_windows(st, off) == {}
+    # a reliable camera's projections take precedence over the chain
+    placed_nowhere = {"cam": SimpleNamespace(reliable=True), "projs": [None] * 4}
+    assert search_windows(SimpleNamespace(**{**vars(st), **placed_nowhere}), cfg) == {}
 
 
 def test_the_template_scan_inside_a_zone_finds_only_the_copy_centred_there(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tests.helpers.panned_photo import GRID, PAN, PATCH, H, W, extras_by_frame, on_patch, panned_case
 from tests.helpers.panned_photo import photo as _photo
@@ -128,3 +129,21 @@ def test_the_chain_goes_on_fitting_steps_after_a_failure_only_when_asked():
         assert chain.recent[1].step is None and all(g.H is None for g in list(chain.recent)[1:])
         assert (chain.recent[-1].step is not None) is fitted
         assert (chain.moved(1, (H // 16, W // 16))[0] is not None) is fitted
+
+
+def test_the_chained_background_at_full_resolution_undoes_each_frames_working_scale():
+    from worldeval.opis.perception.background import GridFrame, full_homography
+
+    def grid(full, small, H):
+        img = np.zeros((*small, 3), np.uint8)
+        return GridFrame(0, img, img[..., 0], H, np.zeros(small, bool), full)
+
+    # I0 at 960 x 540 worked at half size; the frame at 640 x 360 worked at 320 x 180 (a half too)
+    first = grid((540, 960), (270, 480), np.eye(3))
+    step = np.array([[0.5, 0.0, 10.0], [0.0, 0.5, 5.0], [0.0, 0.0, 1.0]])  # working px: shrink by 2, shift (10, 5)
+    g = grid((360, 640), (180, 320), step)
+    H = full_homography(first, g)
+    # I0 pixel (400, 200) -> working (200, 100) -> (110, 55) -> the frame's full (220, 110)
+    p = H @ np.array([400.0, 200.0, 1.0])
+    assert p[:2] / p[2] == pytest.approx([220.0, 110.0])
+    assert full_homography(first, grid((360, 640), (180, 320), None)) is None  # the chain broke

@@ -125,10 +125,12 @@ class LostOnlySegmenter(Segmenter, Protocol):
     searches_lost_only: bool  # whether it does so in this run
 
     def observe(self, frame: np.ndarray, phrases: list[str], reference=None,
-                followed: set[int] | None = None, windows: dict | None = None) -> list[Observation]:
+                followed: set[int] | None = None, windows: dict | None = None, gated: bool = True) -> list[Observation]:
         """`Segmenter.observe`, searching only for the instances not in `followed` (indices into the bank),
         and for an instance in `windows` only where a find could match it: the zone (x0, y0, x1, y1) its
-        centre must lie in, or None for nowhere (the camera's geometric gate, `frame.search_windows`)."""
+        centre must lie in, or None for nowhere (`frame.search_windows`). `gated`: the zones are the
+        camera's geometric gates, so one find in a zone is enough; False (zones from the chained
+        background, no gate in association): keep as many places in a zone as over the whole frame."""
         ...
 
 

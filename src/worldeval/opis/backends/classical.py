@@ -314,11 +314,12 @@ class SearchSegmenter:
         return prep
 
     def observe(self, frame: np.ndarray, phrases=None, reference=None, followed: set[int] | None = None,
-                windows: dict | None = None) -> list[Observation]:
+                windows: dict | None = None, gated: bool = True) -> list[Observation]:
         """Candidates of every reference instance. `followed` (with search=lost): instances whose verified
         propagated mask stands for them in this frame; they get the feature route only (no template scan).
         `windows` (with search=lost): instance -> the zone (x0, y0, x1, y1) a find's centre must lie in to
-        be matchable to it, or None where no template find can be; the scan then covers that zone only."""
+        be matchable to it, or None where no template find can be; the scan then covers that zone only,
+        keeping `zone_peaks` places there when `gated` (the camera's gate) and `template_peaks` otherwise."""
         if reference is None:
             raise ValueError("the classical segmenter searches for reference instances and needs the reference bank")
         bank = reference
@@ -341,7 +342,8 @@ class SearchSegmenter:
             # another scale often shows too few of the instance's keypoints for a second cluster).
             firm = bank.tracks[i] == "static" and any(o.score >= self.firm_cluster for o in cands)
             min_peak = self.copy_peak if firm else None
-            cands += self._template_route(bank, i, info, bright, small_frames, seeds, min_peak=min_peak, zone=zone)
+            cands += self._template_route(bank, i, info, bright, small_frames, seeds, min_peak=min_peak, zone=zone,
+                                          gated=gated)
             out.extend(_dedupe(cands))
         # searches for different instances often land on the same object; one observation per
         # place is enough (association decides whose it is) and halves the embedding work
@@ -418,9 +420,10 @@ class SearchSegmenter:
         return obs
 
     def _template_route(self, bank, i, info, frame, small_frames, seeds=(), min_peak: float | None = None,
-                        zone: tuple | None = None) -> list[Observation]:
+                        zone: tuple | None = None, gated: bool = True) -> list[Observation]:
         """Coarse scan over scales, best peaks refined. `zone` (x0, y0, x1, y1, full-resolution pixels):
-        only template boxes centred inside it are scanned (the frame part that holds them)."""
+        only template boxes centred inside it are scanned (the frame part that holds them); `gated`:
+        a geometric gate awaits the finds there, so `zone_peaks` places are enough."""
         import cv2
 
         x, y, w, h = info["box"]
@@ -433,7 +436,7 @@ class SearchSegmenter:
             ).astype(np.float32)
         sf = small_frames[fk]
         found = []
-        peaks = self.template_peaks if zone is None else self.zone_peaks
+        peaks = self.zone_peaks if zone is not None and gated else self.template_peaks
         for s in self.scales:
             tw, th = max(6, round(w * fk * s)), max(6, round(h * fk * s))
             if tw >= sf.shape[1] or th >= sf.shape[0]:

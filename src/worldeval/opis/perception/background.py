@@ -74,6 +74,17 @@ def label(g: GridFrame, labels: np.ndarray) -> None:
     g.labelled = cv2.dilate(lab.astype(np.uint8), np.ones((k, k), np.uint8)) > 0
 
 
+def full_homography(first: GridFrame, g: GridFrame) -> np.ndarray | None:
+    """The chained background as a map of I0's full-resolution pixels to grid frame `g`'s (None once a step failed)."""
+    if g.H is None:
+        return None
+
+    def scale(f: GridFrame) -> np.ndarray:
+        return np.diag([f.small.shape[1] / f.full[1], f.small.shape[0] / f.full[0], 1.0])
+
+    return np.linalg.inv(scale(g)) @ g.H @ scale(first)
+
+
 class BackgroundChain:
     """Fed the propagation grid in order: `advance` to a frame (its step fitted on the frame before's
     background), then `label` it with its instances' carried labels (the next step's mask)."""

@@ -126,7 +126,7 @@ def observe(st: FrameState, backend: Backend, config: EvalConfig | None = None) 
     seg = backend.segmenter
     if isinstance(seg, LostOnlySegmenter) and seg.searches_lost_only:
         found = seg.observe(st.frame, st.bank.categories, reference=st.bank, followed=followed_instances(st, config),
-                            windows=search_windows(st, config))
+                            windows=search_windows(st, config), gated=camera_places(st))
     else:
         found = seg.observe(st.frame, st.bank.categories, reference=st.bank)
     st.obs = list(found)
@@ -162,15 +162,52 @@ def search_windows(st: FrameState, config: EvalConfig | None) -> dict[int, tuple
     match it (out of view, or no part of it projected into the frame: only its own propagated mask
     may). Instances the camera does not place are absent: they are searched over the whole frame.
     A find outside the zone could only have been an extra or another instance's match; such finds
-    are no longer made (docs/validation.md, "Search where the gate lets a find match")."""
-    if config is None or st.cam is None or not st.cam.reliable or not st.projs:
+    are no longer made (docs/validation.md, "Search where the gate lets a find match").
+    Where the camera is unreliable, the chained background places the static instances instead
+    (`chain_windows`)."""
+    if config is None:
         return {}
+    if not camera_places(st):
+        return chain_windows(st, config)
     out: dict[int, tuple | None] = {}
     for i, pr in enumerate(st.projs):
         if pr is None or st.bank.tracks[i] != "static":
             continue
         gone = pr.state == P.OUT_OF_VIEW or pr.box is None
         out[i] = None if gone else gate_zone(pr.box, st.shape, config.association.gate_tolerance)
+    return out
+
+
+def camera_places(st: FrameState) -> bool:
+    """Whether a reliable camera projected the instances (their search zones are then its geometric gates)."""
+    return st.cam is not None and st.cam.reliable and bool(st.projs)
+
+
+def chain_windows(st: FrameState, config: EvalConfig) -> dict[int, tuple | None]:
+    """Search zones of the static instances from the chained background (`PropagatedFrame.background`),
+    for a frame whose camera is unreliable: each I0 box carried by the chain, grown as the gate grows a
+    projected box; None where the carried box lies wholly outside the frame. Short steps between grid
+    frames hold where one fit from I0 does not (a moving subject, a small background), and each static
+    instance otherwise costs a scan of the whole frame. The zone only says where to search: with no
+    reliable camera there is still no geometric gate in association."""
+    H = st.propagated.background if (config.propagation.chain_zones and st.propagated is not None) else None
+    if H is None:
+        return {}
+    fh, fw = st.shape
+    out: dict[int, tuple | None] = {}
+    for i, (x, y, w, h) in enumerate(st.bank.boxes):
+        if st.bank.tracks[i] != "static":
+            continue
+        corners = np.array([[x, y, 1], [x + w, y, 1], [x, y + h, 1], [x + w, y + h, 1]], np.float64) @ H.T
+        if not np.all(corners[:, 2] > 1e-9):
+            continue  # a corner behind the camera: the chain does not place it
+        xy = corners[:, :2] / corners[:, 2:]
+        x0, y0 = xy.min(0)
+        x1, y1 = xy.max(0)
+        if x1 <= 0 or y1 <= 0 or x0 >= fw or y0 >= fh:
+            out[i] = None
+            continue
+        out[i] = gate_zone((x0, y0, x1 - x0, y1 - y0), st.shape, config.association.gate_tolerance)
     return out
 
 

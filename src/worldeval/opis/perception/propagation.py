@@ -30,7 +30,7 @@ import numpy as np
 
 from worldeval.geometry import mask_box
 from worldeval.opis.backends.base import ROUTE_PROPAGATED, DenseFeatures, Observation, PropagationEvidence
-from worldeval.opis.perception.background import BackgroundChain
+from worldeval.opis.perception.background import BackgroundChain, full_homography
 from worldeval.opis.perception.persistent import WINDOW, PersistentContent
 from worldeval.opis.perception.projection import OCCLUDED, OUT_OF_VIEW
 
@@ -49,6 +49,9 @@ class PropagatedFrame:
     part_floor: float | None = None  # the features' `part_floor`: the part match a search find needs where propagation lost its instance
     carried: np.ndarray | None = None  # K x h x w: the part of each instance's label carried along its own track
     new_content: list[np.ndarray] = field(default_factory=list)  # full-resolution masks of new static content (`persistent.py`)
+    # I0's full-resolution pixels -> this frame's by the chained background (`background.py`); None where
+    # the chain does not run or a step of it failed
+    background: np.ndarray | None = None
     # observation masks already brought to the feature grid (`mask_cover`, `mask_cells`): each mask is
     # compared with many instances, and resizing it cost more than the comparison
     cells: dict = field(default_factory=dict, repr=False, compare=False)
@@ -302,7 +305,8 @@ def iter_propagation(ref: PropagationReference, frames: dict[int, np.ndarray], g
         if t in want:
             yield t, PropagatedFrame(index=t, labels=lab, features=f, last_seen=seen_before, reference=ref,
                                      part_floor=features.part_floor, carried=prop.carried,
-                                     new_content=content.candidates() if content is not None else [])
+                                     new_content=content.candidates() if content is not None else [],
+                                     background=full_homography(chain.first, chain.recent[-1]) if chain is not None else None)
 
 
 def surround(cells: np.ndarray, background: np.ndarray, gap: int = 1, width: int = 2) -> np.ndarray:
