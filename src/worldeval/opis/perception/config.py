@@ -103,7 +103,7 @@ class PropagationConfig(BaseModel):
     same_place: float = 0.5  # box IoU at which a search find of the same instance is the propagated one again
     # where the camera is unreliable, the chained background (`background.py`) places each static
     # instance's search zone as a reliable camera does (frame.search_windows); off: those instances are
-    # searched over the whole frame, as before 2026-12-06 (docs/validation.md, "Search zones from the chain")
+    # searched over the whole frame, as before 2026-12-06 (docs/validation.md, "Search zones from the chained background")
     chain_zones: bool = True
 
 
