@@ -472,7 +472,7 @@ def test_an_unreliable_camera_leaves_the_search_zones_to_the_chained_background(
     from worldeval.opis.perception.config import EvalConfig
     from worldeval.opis.perception.frame import search_windows
 
-    cfg = EvalConfig()
+    cfg = EvalConfig(propagation={"chain_zones": True})
     # the chain: I0 moved 50 px right and 20 px down, then scaled by 2 about the origin
     H = np.array([[2.0, 0.0, 100.0], [0.0, 2.0, 40.0], [0.0, 0.0, 1.0]])
     bank = SimpleNamespace(tracks=["static", "dynamic", "static", "static"],
@@ -489,8 +489,7 @@ def test_an_unreliable_camera_leaves_the_search_zones_to_the_chained_background(
     assert win[3] == pytest.approx((400 - 40 - m, 300 - 40 - m, 400 + 40 + m, 300 + 40 + m))
     # no chain (it broke, or propagation is off), or the option off: the whole frame, as before
     assert search_windows(SimpleNamespace(**{**vars(st), "propagated": SimpleNamespace(background=None)}), cfg) == {}
-    off = EvalConfig(propagation={"chain_zones": False})
-    assert search_windows(st, off) == {}
+    assert search_windows(st, EvalConfig()) == {}  # off by default: the whole frame
     # a reliable camera's projections take precedence over the chain
     placed_nowhere = {"cam": SimpleNamespace(reliable=True), "projs": [None] * 4}
     assert search_windows(SimpleNamespace(**{**vars(st), **placed_nowhere}), cfg) == {}

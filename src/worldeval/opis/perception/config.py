@@ -101,10 +101,12 @@ class PropagationConfig(BaseModel):
     # -0.05-0.04, the apple propagated into the bmx video 0.10-0.11; the rider 0.31-0.63, hue-turned 0.15-0.45)
     min_similarity: float = 0.15
     same_place: float = 0.5  # box IoU at which a search find of the same instance is the propagated one again
-    # where the camera is unreliable, the chained background (`background.py`) places each static
-    # instance's search zone as a reliable camera does (frame.search_windows); off: those instances are
-    # searched over the whole frame, as before 2026-12-06 (docs/validation.md, "Search zones from the chained background")
-    chain_zones: bool = True
+    # where the camera is unreliable, let the chained background (`background.py`) place each static
+    # instance's search zone as a reliable camera does (frame.chain_windows). Off: on the bedroom
+    # (tuning) it was 1.3x faster at 50 objects, but on dense cases of the held-out clips the chain put
+    # in-view objects outside the frame: 62 of 216 matches lost, 5 gained (docs/validation.md,
+    # "Search zones from the chained background")
+    chain_zones: bool = False
 
 
 GROUPS: dict[str, type[BaseModel]] = {"association": AssociationConfig, "camera": CameraConfig, "structure": StructureConfig,

@@ -163,8 +163,8 @@ def search_windows(st: FrameState, config: EvalConfig | None) -> dict[int, tuple
     may). Instances the camera does not place are absent: they are searched over the whole frame.
     A find outside the zone could only have been an extra or another instance's match; such finds
     are no longer made (docs/validation.md, "Search where the gate lets a find match").
-    Where the camera is unreliable, the chained background places the static instances instead
-    (`chain_windows`)."""
+    Where the camera is unreliable, the chained background may place the static instances instead
+    (`chain_windows`, the option `propagation.chain_zones`, off by default)."""
     if config is None:
         return {}
     if not camera_places(st):
@@ -189,7 +189,9 @@ def chain_windows(st: FrameState, config: EvalConfig) -> dict[int, tuple | None]
     projected box; None where the carried box lies wholly outside the frame. Short steps between grid
     frames hold where one fit from I0 does not (a moving subject, a small background), and each static
     instance otherwise costs a scan of the whole frame. The zone only says where to search: with no
-    reliable camera there is still no geometric gate in association."""
+    reliable camera there is still no geometric gate in association. Off by default: no check catches
+    a wrong step, and on held-out dense clips one put in-view objects outside the frame
+    (docs/validation.md, "Search zones from the chained background")."""
     H = st.propagated.background if (config.propagation.chain_zones and st.propagated is not None) else None
     if H is None:
         return {}

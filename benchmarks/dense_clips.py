@@ -1,0 +1,110 @@
+"""Dense cases on real clips: 25 or 50 object-like regions of a clip's first frame, evaluated on the clip itself.
+
+A real video is a perfect world model, so every static region that is in view should stay matched and
+no extra should appear; the figures count how far the evaluator falls short, and its speed. The
+regions are the largest compact segments of a Felzenszwalb segmentation of the first frame (as the
+bedroom's n25/n50 speed cases past their eight named objects, `opis_eval_speed.bedroom_masks`), all
+declared static: a region on a moving animal or car then moves like a static object that a model
+moved, which the evaluator must not take for the object staying put. Default clips: the four
+davis2016_more clips (the reporting part), each at its whole length.
+
+Compare two evaluator settings on the same cases with `--set` (a run config entry, e.g.
+`--set propagation.chain_zones=false`); each setting is a run folder of its own under `--work`.
+
+    .venv/bin/python benchmarks/dense_clips.py [--n 25,50] [--work DIR] [--set GROUP.FIELD=VALUE] [--tag NAME]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from opis_eval_speed import _instance, _spec  # noqa: E402  (the speed cases' helpers)
+
+CLIPS = ("blackswan", "car-roundabout", "dog", "libby")
+
+
+def regions(image: np.ndarray, n: int) -> list[np.ndarray]:
+    """The n largest object-like segments (0.1-6 % of the frame, filling 30 % of their box), largest first."""
+    import cv2
+    from skimage.segmentation import felzenszwalb
+
+    H, W = image.shape[:2]
+    seg = felzenszwalb(image, scale=300, sigma=0.8, min_size=400)
+    found = []
+    for label in range(int(seg.max()) + 1):
+        m = seg == label
+        area = int(m.sum())
+        x, y, w, h = cv2.boundingRect(m.astype(np.uint8))
+        if 0.001 * H * W <= area <= 0.06 * H * W and area >= 0.3 * w * h:
+            found.append((area, label, m))
+    found.sort(key=lambda r: (-r[0], r[1]))
+    return [m for _, _, m in found[:n]]
+
+
+def build(data: Path, work: Path, clip: str, n: int) -> str | None:
+    """The case `<clip>-n<n>` under work/ds and its video under work/ro; None when the frame has too few regions."""
+    from worldeval.media import read_image, write_video
+    from worldeval.opis.case import write_case
+
+    cid = f"{clip}-n{n}"
+    if (work / "ro" / f"{cid}.mp4").exists():
+        return cid
+    frames = [read_image(p) for p in sorted((data / "davis2016_more" / clip / "frames").glob("*.jpg"))]
+    masks = regions(frames[0], n)
+    if len(masks) < n:
+        print(f"{clip}: only {len(masks)} regions, {n} asked for; skipped")
+        return None
+    insts = [_instance(f"region{k}", "region") for k in range(n)]
+    write_case(work / "ds" / cid, _spec(cid, insts), frames[0], {i["id"]: m for i, m in zip(insts, masks)})
+    write_video(work / "ro" / f"{cid}.mp4", frames, 24)
+    return cid
+
+
+def _setting(pairs: list[str]) -> dict:
+    cfg: dict = {"max_frames": None}
+    for p in pairs:
+        key, _, value = p.partition("=")
+        group, _, field = key.partition(".")
+        cfg.setdefault(group, {})[field] = json.loads(value)
+    return cfg
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[1].parent / "shared" / "data")
+    ap.add_argument("--work", type=Path, default=Path("dense_clips_work"))
+    ap.add_argument("--n", default="25,50")
+    ap.add_argument("--set", action="append", default=[], metavar="GROUP.FIELD=VALUE")
+    ap.add_argument("--tag", default="default")
+    args = ap.parse_args(argv)
+    import pandas as pd
+
+    from worldeval.opis.run import run_eval
+
+    cases = [c for clip in CLIPS for n in (int(v) for v in args.n.split(",")) if (c := build(args.data, args.work, clip, n))]
+    out = args.work / "runs" / args.tag
+    t0 = time.perf_counter()
+    summary = run_eval(args.work / "ds", args.work / "ro", args.tag, out, workers=0, config=_setting(args.set))
+    wall = time.perf_counter() - t0
+    rows = pd.read_parquet(out / "measurements" / f"{args.tag}.parquet")
+    frames = rows.groupby(["case_id", "frame"]).agg(extra=("extra", "any"))
+    print(f"{args.tag}: {len(summary['done'])} cases, {len(frames)} sampled frames, {wall:.1f} s ({len(frames) / wall:.2f} sampled frames/s)")
+    print("case                  rows  in view  matched  unknown  frames with an extra")
+    for cid in cases:
+        r = rows[rows.case_id == cid]
+        seen = r.visibility == "expected_visible"
+        f = frames.loc[cid]
+        print(f"{cid:20s} {len(r):5d} {int(seen.sum()):8d} {int((seen & r.matched).sum()):8d} "
+              f"{int((r.visibility == 'unknown').sum()):8d}  {int(f.extra.sum())}/{len(f)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
