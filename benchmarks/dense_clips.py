@@ -22,30 +22,10 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from opis_eval_speed import _instance, _spec  # noqa: E402  (the speed cases' helpers)
+from opis_eval_speed import _instance, _spec, compact_regions  # noqa: E402  (the speed cases' helpers)
 
 CLIPS = ("blackswan", "car-roundabout", "dog", "libby")
-
-
-def regions(image: np.ndarray, n: int) -> list[np.ndarray]:
-    """The n largest object-like segments (0.1-6 % of the frame, filling 30 % of their box), largest first."""
-    import cv2
-    from skimage.segmentation import felzenszwalb
-
-    H, W = image.shape[:2]
-    seg = felzenszwalb(image, scale=300, sigma=0.8, min_size=400)
-    found = []
-    for label in range(int(seg.max()) + 1):
-        m = seg == label
-        area = int(m.sum())
-        x, y, w, h = cv2.boundingRect(m.astype(np.uint8))
-        if 0.001 * H * W <= area <= 0.06 * H * W and area >= 0.3 * w * h:
-            found.append((area, label, m))
-    found.sort(key=lambda r: (-r[0], r[1]))
-    return [m for _, _, m in found[:n]]
 
 
 def build(data: Path, work: Path, clip: str, n: int) -> str | None:
@@ -57,7 +37,7 @@ def build(data: Path, work: Path, clip: str, n: int) -> str | None:
     if (work / "ro" / f"{cid}.mp4").exists():
         return cid
     frames = [read_image(p) for p in sorted((data / "davis2016_more" / clip / "frames").glob("*.jpg"))]
-    masks = regions(frames[0], n)
+    masks = [m for _, m in compact_regions(frames[0], n)]
     if len(masks) < n:
         print(f"{clip}: only {len(masks)} regions, {n} asked for; skipped")
         return None

@@ -87,11 +87,27 @@ def build_bmx(data: Path, work: Path, length: int | None = None) -> None:
     write_video(work / "n1" / "ro" / "n1.mp4", frames, 24)
 
 
-def bedroom_masks(image: np.ndarray, n: int) -> list[tuple[dict, np.ndarray]]:
-    """The bedroom's eight GrabCut objects, then the largest compact segments of the rest, n in all."""
+def compact_regions(image: np.ndarray, n: int, taken: np.ndarray | None = None) -> list[tuple[int, np.ndarray]]:
+    """(segment label, mask) of the n largest object-like segments of a Felzenszwalb segmentation outside
+    `taken`: 0.1-6 % of the frame (not a speck, not a wall) and filling 30 % of their box; largest first."""
     import cv2
     from skimage.segmentation import felzenszwalb
 
+    H, W = image.shape[:2]
+    seg = felzenszwalb(image, scale=300, sigma=0.8, min_size=400)
+    regions = []
+    for label in range(int(seg.max()) + 1):
+        m = seg == label if taken is None else (seg == label) & ~taken
+        area = int(m.sum())
+        x, y, w, h = cv2.boundingRect(m.astype(np.uint8))
+        if 0.001 * H * W <= area <= 0.06 * H * W and area >= 0.3 * w * h:
+            regions.append((area, label, m))
+    regions.sort(key=lambda r: (-r[0], r[1]))
+    return [(label, m) for _, label, m in regions[:n]]
+
+
+def bedroom_masks(image: np.ndarray, n: int) -> list[tuple[dict, np.ndarray]]:
+    """The bedroom's eight GrabCut objects, then the largest compact segments of the rest, n in all."""
     from worldeval.opis.cases.annotate import grabcut_mask
 
     taken = np.zeros(image.shape[:2], bool)
@@ -102,19 +118,7 @@ def bedroom_masks(image: np.ndarray, n: int) -> list[tuple[dict, np.ndarray]]:
         taken |= m
     if n <= len(out):
         return out
-    H, W = image.shape[:2]
-    seg = felzenszwalb(image, scale=300, sigma=0.8, min_size=400)
-    regions = []
-    for label in range(int(seg.max()) + 1):
-        m = (seg == label) & ~taken
-        area = int(m.sum())
-        x, y, w, h = cv2.boundingRect(m.astype(np.uint8))
-        # an object-like region: not a speck, not a wall, filling a fair part of its box
-        if 0.001 * H * W <= area <= 0.06 * H * W and area >= 0.3 * w * h:
-            regions.append((area, label, m))
-    regions.sort(key=lambda r: (-r[0], r[1]))
-    for area, label, m in regions[: n - len(out)]:
-        out.append((_instance(f"region{label}", "region"), m))
+    out += [(_instance(f"region{label}", "region"), m) for label, m in compact_regions(image, n - len(out), taken)]
     if len(out) < n:
         raise SystemExit(f"bedroom: only {len(out)} objects found, {n} asked for")
     return out
