@@ -6,12 +6,16 @@ regions are the largest compact segments of a Felzenszwalb segmentation of the f
 bedroom's n25/n50 speed cases past their eight named objects, `opis_eval_speed.bedroom_masks`), all
 declared static: a region on a moving animal or car then moves like a static object that a model
 moved, which the evaluator must not take for the object staying put. Default clips: the four
-davis2016_more clips (the reporting part), each at its whole length.
+davis2016_more clips (the reporting part), each at its whole length; `--part tuning`: the tuning
+part's clips with frames (davis_bmx_trees, sam2_bedroom). `--speed k` plays each clip k times faster
+at its own length (`validate_real.pingpong`: every k-th frame, forward and back), so the camera moves
+k times as far between two grid frames.
 
 Compare two evaluator settings on the same cases with `--set` (a run config entry, e.g.
 `--set propagation.chain_zones=false`); each setting is a run folder of its own under `--work`.
 
     .venv/bin/python benchmarks/dense_clips.py [--n 25,50] [--work DIR] [--set GROUP.FIELD=VALUE] [--tag NAME]
+        [--part reporting|tuning] [--speed K]
 """
 
 from __future__ import annotations
@@ -25,21 +29,31 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from opis_eval_speed import _instance, _spec, compact_regions  # noqa: E402  (the speed cases' helpers)
 
-CLIPS = ("blackswan", "car-roundabout", "dog", "libby")
+
+def clip_folders(data: Path, part: str) -> list[Path]:
+    """The part's real clips that have a frames/ folder (the hold-out split's own lists)."""
+    from worldeval.opis.checks import holdout
+
+    if part == "reporting":
+        return holdout.reporting_clips(data)
+    return [data / name for name in ("davis_bmx_trees", "sam2_bedroom") if holdout.part_of(name) == "tuning"]
 
 
-def build(data: Path, work: Path, clip: str, n: int) -> str | None:
-    """The case `<clip>-n<n>` under work/ds and its video under work/ro; None when the frame has too few regions."""
+def build(work: Path, folder: Path, n: int, speed: int = 1) -> str | None:
+    """The case `<clip>[-x<speed>]-n<n>` under work/ds and its video under work/ro; None when the frame
+    has too few regions."""
     from worldeval.media import read_image, write_video
     from worldeval.opis.case import write_case
+    from worldeval.opis.checks.validate_real import pingpong
 
-    cid = f"{clip}-n{n}"
+    cid = f"{folder.name}{f'-x{speed}' if speed > 1 else ''}-n{n}"
     if (work / "ro" / f"{cid}.mp4").exists():
         return cid
-    frames = [read_image(p) for p in sorted((data / "davis2016_more" / clip / "frames").glob("*.jpg"))]
+    paths = sorted((folder / "frames").glob("*.jpg"))
+    frames = [read_image(paths[i]) for i in (pingpong(len(paths), speed) if speed > 1 else range(len(paths)))]
     masks = [m for _, m in compact_regions(frames[0], n)]
     if len(masks) < n:
-        print(f"{clip}: only {len(masks)} regions, {n} asked for; skipped")
+        print(f"{folder.name}: only {len(masks)} regions, {n} asked for; skipped")
         return None
     insts = [_instance(f"region{k}", "region") for k in range(n)]
     write_case(work / "ds" / cid, _spec(cid, insts), frames[0], {i["id"]: m for i, m in zip(insts, masks)})
@@ -63,12 +77,15 @@ def main(argv=None) -> int:
     ap.add_argument("--n", default="25,50")
     ap.add_argument("--set", action="append", default=[], metavar="GROUP.FIELD=VALUE")
     ap.add_argument("--tag", default="default")
+    ap.add_argument("--part", choices=("reporting", "tuning"), default="reporting")
+    ap.add_argument("--speed", type=int, default=1, help="play each clip this many times faster")
     args = ap.parse_args(argv)
     import pandas as pd
 
     from worldeval.opis.run import run_eval
 
-    cases = [c for clip in CLIPS for n in (int(v) for v in args.n.split(",")) if (c := build(args.data, args.work, clip, n))]
+    sizes = [int(v) for v in args.n.split(",")]
+    cases = [c for f in clip_folders(args.data, args.part) for n in sizes if (c := build(args.work, f, n, args.speed))]
     out = args.work / "runs" / args.tag
     t0 = time.perf_counter()
     summary = run_eval(args.work / "ds", args.work / "ro", args.tag, out, workers=0, config=_setting(args.set))

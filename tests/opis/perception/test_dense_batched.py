@@ -466,6 +466,32 @@ def test_search_windows_are_the_geometric_gate_of_each_placed_static_instance():
     assert search_windows(SimpleNamespace(**{**vars(st), "cam": SimpleNamespace(reliable=False)}), cfg) == {}
 
 
+def _followed(iid: str, box: tuple) -> object:
+    """A propagated mask of instance `iid` at `box` that stands for it (verified, a strong core)."""
+    from types import SimpleNamespace
+
+    ev = SimpleNamespace(mass=1.0, object_share=1.0, carried=1.0, core=1.0)
+    return SimpleNamespace(found_for=[iid], box=box, propagation=ev)
+
+
+def _chained_state(followed: list):
+    """A frame whose camera is unreliable, over a chain that moved I0 50 px right and 20 px down and then
+    scaled it by 2 about the origin; `followed`: the propagated masks standing for their instances."""
+    from types import SimpleNamespace
+
+    H = np.array([[2.0, 0.0, 100.0], [0.0, 2.0, 40.0], [0.0, 0.0, 1.0]])
+    bank = SimpleNamespace(ids=["a", "b", "c", "d", "e"], tracks=["static", "dynamic", "static", "static", "static"],
+                           boxes=[(10.0, 20.0, 30.0, 10.0), (0.0, 0.0, 5.0, 5.0), (300.0, 10.0, 20.0, 20.0),
+                                  (140.0, 120.0, 20.0, 20.0), (50.0, 50.0, 20.0, 20.0)])
+    return SimpleNamespace(shape=(300, 400), cam=SimpleNamespace(reliable=False), projs=[], bank=bank,
+                           propagated=SimpleNamespace(background=H), propagated_obs=followed)
+
+
+# where the chain carries instances a, d and e (their I0 boxes' centres): (150, 90), (400, 300), (220, 160)
+_ON_CHAIN = [_followed("a", (140.0, 80.0, 20.0, 20.0)), _followed("d", (380.0, 280.0, 30.0, 30.0)),
+             _followed("e", (200.0, 150.0, 40.0, 20.0))]
+
+
 def test_an_unreliable_camera_leaves_the_search_zones_to_the_chained_background():
     from types import SimpleNamespace
 
@@ -473,26 +499,44 @@ def test_an_unreliable_camera_leaves_the_search_zones_to_the_chained_background(
     from worldeval.opis.perception.frame import search_windows
 
     cfg = EvalConfig(propagation={"chain_zones": True})
-    # the chain: I0 moved 50 px right and 20 px down, then scaled by 2 about the origin
-    H = np.array([[2.0, 0.0, 100.0], [0.0, 2.0, 40.0], [0.0, 0.0, 1.0]])
-    bank = SimpleNamespace(tracks=["static", "dynamic", "static", "static"],
-                           boxes=[(10.0, 20.0, 30.0, 10.0), (0.0, 0.0, 5.0, 5.0), (300.0, 10.0, 20.0, 20.0), (140.0, 120.0, 20.0, 20.0)])
-    st = SimpleNamespace(shape=(300, 400), cam=SimpleNamespace(reliable=False), projs=[], bank=bank,
-                         propagated=SimpleNamespace(background=H))
+    st = _chained_state(list(_ON_CHAIN))
     win = search_windows(st, cfg)
     m = 0.05 * 500.0
-    # box 0 lands at (120, 80) to (180, 100): centre (150, 90), grown by its own size and the margin
+    # box a lands at (120, 80) to (180, 100): centre (150, 90), grown by its own size and the margin
     assert win[0] == pytest.approx((150 - 60 - m, 90 - 20 - m, 150 + 60 + m, 90 + 20 + m))
     assert 1 not in win  # dynamic: searched everywhere
     assert win[2] is None  # carried to x = 700..740, wholly right of the 400 px frame
-    # box 3 lands at (380, 280) to (420, 320): partly in the frame, so searched around it
+    # box d lands at (380, 280) to (420, 320): partly in the frame, so searched around it
     assert win[3] == pytest.approx((400 - 40 - m, 300 - 40 - m, 400 + 40 + m, 300 + 40 + m))
     # no chain (it broke, or propagation is off), or the option off: the whole frame, as before
     assert search_windows(SimpleNamespace(**{**vars(st), "propagated": SimpleNamespace(background=None)}), cfg) == {}
-    assert search_windows(st, EvalConfig()) == {}  # off by default: the whole frame
+    assert search_windows(st, EvalConfig(propagation={"chain_zones": False})) == {}  # the option off: the whole frame
+    assert search_windows(st, EvalConfig()) == win  # on by default
     # a reliable camera's projections take precedence over the chain
-    placed_nowhere = {"cam": SimpleNamespace(reliable=True), "projs": [None] * 4}
+    placed_nowhere = {"cam": SimpleNamespace(reliable=True), "projs": [None] * 5}
     assert search_windows(SimpleNamespace(**{**vars(st), **placed_nowhere}), cfg) == {}
+
+
+def test_chain_zones_stand_only_where_propagation_confirms_the_chain():
+    from worldeval.opis.perception.config import EvalConfig
+    from worldeval.opis.perception.frame import search_windows
+
+    cfg = EvalConfig(propagation={"chain_zones": True})
+    assert search_windows(_chained_state(list(_ON_CHAIN)), cfg)  # 3 of 3 followed inside their zones
+    # instance e followed 100 px left of where the chain carries it (zone x 155..285): 2 of 3 < 0.8
+    off = _ON_CHAIN[:2] + [_followed("e", (100.0, 150.0, 40.0, 20.0))]
+    assert search_windows(_chained_state(off), cfg) == {}
+    # ... which a looser agreement accepts
+    assert search_windows(_chained_state(off), EvalConfig(propagation={"chain_zones": True, "chain_agreement": 0.6}))
+    # instance c followed in the frame where the chain carries it wholly outside: a disagreement
+    assert search_windows(_chained_state(_ON_CHAIN + [_followed("c", (10.0, 10.0, 20.0, 20.0))]), cfg) == {}
+    # two followed instances cannot confirm a chain: the whole frame
+    assert search_windows(_chained_state(_ON_CHAIN[:2]), cfg) == {}
+    # a mask too weak to stand for its instance is no confirmation (nor is a dynamic instance's)
+    weak = _followed("e", (200.0, 150.0, 40.0, 20.0))
+    weak.propagation.core = 0.3
+    assert search_windows(_chained_state(_ON_CHAIN[:2] + [weak]), cfg) == {}
+    assert search_windows(_chained_state(_ON_CHAIN[:2] + [_followed("b", (0.0, 0.0, 5.0, 5.0))]), cfg) == {}
 
 
 def test_the_template_scan_inside_a_zone_finds_only_the_copy_centred_there(tmp_path):

@@ -102,11 +102,16 @@ class PropagationConfig(BaseModel):
     min_similarity: float = 0.15
     same_place: float = 0.5  # box IoU at which a search find of the same instance is the propagated one again
     # where the camera is unreliable, let the chained background (`background.py`) place each static
-    # instance's search zone as a reliable camera does (frame.chain_windows). Off: on the bedroom
-    # (tuning) it was 1.3x faster at 50 objects, but on dense cases of the held-out clips the chain put
-    # in-view objects outside the frame: 62 of 216 matches lost, 5 gained (docs/validation.md,
-    # "Search zones from the chained background")
-    chain_zones: bool = False
+    # instance's search zone as a reliable camera does (frame.chain_windows), in frames where propagation
+    # confirms the chain (`frame.chain_agrees`). Without that check the held-out dense clips lost 62 of
+    # 216 matches (a wrong step put in-view objects outside the frame); with it 2 of 216, and none at
+    # twice the speed (docs/validation.md, "Search zones from the chained background")
+    chain_zones: bool = True
+    # a frame's chain zones stand only where propagation confirms the chain (`frame.chain_agrees`): this
+    # many static instances followed, and this share of them inside their carried zones (tuning,
+    # sam2_bedroom at 50 objects: 6/7 to 16/16 in every frame with a chain)
+    chain_min_followed: int = 3
+    chain_agreement: float = 0.8
 
 
 GROUPS: dict[str, type[BaseModel]] = {"association": AssociationConfig, "camera": CameraConfig, "structure": StructureConfig,

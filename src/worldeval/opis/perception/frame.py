@@ -164,7 +164,7 @@ def search_windows(st: FrameState, config: EvalConfig | None) -> dict[int, tuple
     A find outside the zone could only have been an extra or another instance's match; such finds
     are no longer made (docs/validation.md, "Search where the gate lets a find match").
     Where the camera is unreliable, the chained background may place the static instances instead
-    (`chain_windows`, the option `propagation.chain_zones`, off by default)."""
+    (`chain_windows`, where propagation confirms the chain; the option `propagation.chain_zones`)."""
     if config is None:
         return {}
     if not camera_places(st):
@@ -189,12 +189,20 @@ def chain_windows(st: FrameState, config: EvalConfig) -> dict[int, tuple | None]
     projected box; None where the carried box lies wholly outside the frame. Short steps between grid
     frames hold where one fit from I0 does not (a moving subject, a small background), and each static
     instance otherwise costs a scan of the whole frame. The zone only says where to search: with no
-    reliable camera there is still no geometric gate in association. Off by default: no check catches
-    a wrong step, and on held-out dense clips one put in-view objects outside the frame
-    (docs/validation.md, "Search zones from the chained background")."""
+    reliable camera there is still no geometric gate in association. A chain step can be fitted wrong,
+    and nothing in the chain shows it (on a held-out dense clip one put in-view objects outside the
+    frame), so the zones stand only in frames where propagation confirms them (`chain_agrees`); in
+    the others the frame is searched whole (docs/validation.md, "Search zones from the chained background")."""
     H = st.propagated.background if (config.propagation.chain_zones and st.propagated is not None) else None
     if H is None:
         return {}
+    zones = carried_zones(st, H, config)
+    return zones if chain_agrees(st, zones, config) else {}
+
+
+def carried_zones(st: FrameState, H: np.ndarray, config: EvalConfig) -> dict[int, tuple | None]:
+    """Each static instance's I0 box carried by the homography H (I0 -> frame), grown into a gate zone;
+    None where the carried box lies wholly outside the frame."""
     fh, fw = st.shape
     out: dict[int, tuple | None] = {}
     for i, (x, y, w, h) in enumerate(st.bank.boxes):
@@ -211,6 +219,28 @@ def chain_windows(st: FrameState, config: EvalConfig) -> dict[int, tuple | None]
             continue
         out[i] = gate_zone((x0, y0, x1 - x0, y1 - y0), st.shape, config.association.gate_tolerance)
     return out
+
+
+def chain_agrees(st: FrameState, zones: dict[int, tuple | None], config: EvalConfig) -> bool:
+    """Whether propagation, an independent cue, confirms the chain in this frame: of the static instances
+    it follows (`followed_instances`), at least `propagation.chain_min_followed`, and at least the share
+    `propagation.chain_agreement` of them have their propagated mask's box centre inside their carried
+    zone. A chain step fitted wrong moves every carried box alike, so the instances propagation
+    follows show it; with too few of them nothing shows it, and the frame is searched whole."""
+    followed = followed_instances(st, config)
+    id_index = {k: i for i, k in enumerate(st.bank.ids)}
+    inside = 0
+    count = 0
+    for o in propagated_finds(st, config):
+        i = id_index[o.found_for[0]]
+        if i not in followed or st.bank.tracks[i] != "static":
+            continue
+        count += 1
+        x, y, w, h = o.box
+        z = zones.get(i)
+        inside += z is not None and z[0] <= x + w / 2 <= z[2] and z[1] <= y + h / 2 <= z[3]
+    p = config.propagation
+    return count >= p.chain_min_followed and inside >= p.chain_agreement * count
 
 
 def propose_moving(st: FrameState, backend: Backend) -> None:
