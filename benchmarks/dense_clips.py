@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from opis_eval_speed import _instance, _spec, compact_regions  # noqa: E402  (the speed cases' helpers)
+from opis_eval_speed import _instance, _spec, compact_regions, config_setting  # noqa: E402  (the speed cases' helpers)
 
 
 def clip_folders(data: Path, part: str) -> list[Path]:
@@ -61,15 +61,6 @@ def build(work: Path, folder: Path, n: int, speed: int = 1) -> str | None:
     return cid
 
 
-def _setting(pairs: list[str]) -> dict:
-    cfg: dict = {"max_frames": None}
-    for p in pairs:
-        key, _, value = p.partition("=")
-        group, _, field = key.partition(".")
-        cfg.setdefault(group, {})[field] = json.loads(value)
-    return cfg
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[1].parent / "shared" / "data")
@@ -88,7 +79,7 @@ def main(argv=None) -> int:
     cases = [c for f in clip_folders(args.data, args.part) for n in sizes if (c := build(args.work, f, n, args.speed))]
     out = args.work / "runs" / args.tag
     t0 = time.perf_counter()
-    summary = run_eval(args.work / "ds", args.work / "ro", args.tag, out, workers=0, config=_setting(args.set))
+    summary = run_eval(args.work / "ds", args.work / "ro", args.tag, out, workers=0, config=config_setting(args.set, {"max_frames": None}))
     wall = time.perf_counter() - t0
     rows = pd.read_parquet(out / "measurements" / f"{args.tag}.parquet")
     frames = rows.groupby(["case_id", "frame"]).agg(extra=("extra", "any"))

@@ -19,7 +19,7 @@ process, every thread; steadier than wall time on a shared machine), the stage s
 per-frame cost ratios n25/n1 and n50/n25, taken repeat by repeat (paired), min and median.
 
     .venv/bin/python benchmarks/opis_eval_speed.py [--repeats 3] [--max-frames 6] [--work DIR] [--coco]
-        [--option search=lost] [--length full]
+        [--option search=lost] [--set GROUP.FIELD=VALUE] [--length full]
 
 `--length full` builds 200-frame cases (the bedroom's whole clip, bmx-trees played forward and back
 to the same length) and evaluates every sampled frame (22 a case), as `opis eval` runs a case; a
@@ -199,6 +199,18 @@ def build(data: Path, work: Path, coco: bool, length: str = "short") -> list[str
     return names
 
 
+def config_setting(pairs: list[str], base: dict | None = None) -> dict:
+    """A run config from `GROUP.FIELD=VALUE` entries (VALUE as JSON), on top of `base`."""
+    cfg: dict = dict(base or {})
+    for p in pairs:
+        key, _, value = p.partition("=")
+        group, _, field = key.partition(".")
+        if not field:
+            raise SystemExit(f"--set {p!r}: write GROUP.FIELD=VALUE (e.g. propagation.chain_zones=false)")
+        cfg.setdefault(group, {})[field] = json.loads(value)
+    return cfg
+
+
 def measure(work: Path, name: str, tag: str, cfg: dict, options: dict | None = None) -> dict:
     """One evaluation of case `name` as a new item of its run folder: frames, wall seconds, stage seconds."""
     from worldeval.opis.run import run_eval
@@ -243,7 +255,7 @@ def summarise(names: list[str], runs: dict[str, list[dict]]) -> dict:
 def report(out: dict) -> None:
     from worldeval.opis.evaluate import STAGES
 
-    opts = ", ".join(f"{k}={v}" for k, v in out["options"].items()) or "default options"
+    opts = ", ".join([f"{k}={v}" for k, v in out["options"].items()] + list(out.get("settings", []))) or "default options"
     frames = f"at most {out['max_frames']} sampled frames" if out["max_frames"] else "every sampled frame"
     print(f"classical backend ({opts}), {out.get('length', 'short')} cases, {out['repeats']} interleaved repeats, {frames} a case; "
           f"load average at start {out['load'][0]:.2f}, at end {out['load'][1]:.2f}")
@@ -270,6 +282,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cases", default=None, help="comma-separated subset of n1,n8,n25,n50,coco25")
     ap.add_argument("--coco", action="store_true", help="also the 25-instance COCO mosaic (oracle pan)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--set", action="append", default=[], metavar="GROUP.FIELD=VALUE",
+                    help="an evaluator setting of the run config (VALUE as JSON), e.g. propagation.chain_zones=false")
     ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                     help="classical backend option for every case (e.g. search=lost); repeatable")
     args = ap.parse_args(argv)
@@ -284,7 +298,7 @@ def main(argv=None) -> int:
         names = [n for n in names if args.cases is None or n in args.cases.split(",")]
         if args.max_frames is None:
             args.max_frames = 6 if args.length == "short" else 0
-        cfg = {"max_frames": args.max_frames or None}
+        cfg = config_setting(args.set, {"max_frames": args.max_frames or None})
         options = dict(o.split("=", 1) for o in args.option)
         for name in names:  # run folders of an earlier call (another config) are scratch
             shutil.rmtree(work / name / "run", ignore_errors=True)
@@ -295,7 +309,7 @@ def main(argv=None) -> int:
         for r in range(args.repeats):
             for name in names:
                 runs[name].append(measure(work, name, f"rep{r}_{time.time_ns()}", cfg, options))
-        out = {"repeats": args.repeats, "length": args.length, "max_frames": args.max_frames, "options": options,
+        out = {"repeats": args.repeats, "length": args.length, "max_frames": args.max_frames, "options": options, "settings": args.set,
                "load": (load0, os.getloadavg()[0]), **summarise(names, runs)}
     finally:
         if tmp:
