@@ -122,6 +122,16 @@ def _frame_threads() -> int:
 
 
 @contextmanager
+def _blas_threads(n: int):
+    """The BLAS library's thread count (numpy's OpenBLAS) capped for a block and restored after it
+    (a process-wide setting)."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=n, user_api="blas"):
+        yield
+
+
+@contextmanager
 def _opencv_threads(n: int):
     """OpenCV's worker-thread count set for a block and restored after it (a process-wide setting)."""
     import cv2
@@ -271,10 +281,11 @@ def evaluate_rollout(
         if threads > 1 and len(items) > 1:
             from concurrent.futures import ThreadPoolExecutor
 
-            # the frames in flight already fill the cores: OpenCV's own workers on top of them only
-            # contend (n25, 2 cores: 5 % less wall and CPU for the whole run with one OpenCV thread
-            # per frame; SIFT's keypoints are put in one order whatever the thread count)
-            with ThreadPoolExecutor(max_workers=threads) as pool, _opencv_threads(1):
+            # the frames in flight already fill the cores: OpenCV's and OpenBLAS's own workers on top
+            # of them only contend (n25, 2 cores: 5 % less wall and CPU for the whole run with one
+            # OpenCV thread per frame; SIFT's keypoints are put in one order whatever the thread count;
+            # one BLAS thread halved association's time, docs/backends.md "Eighth step")
+            with ThreadPoolExecutor(max_workers=threads) as pool, _opencv_threads(1), _blas_threads(1):
                 results.extend(pool.map(one, items))
         else:
             results.extend(one(it) for it in items)
