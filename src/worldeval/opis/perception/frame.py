@@ -143,15 +143,20 @@ def propagated_finds(st: FrameState, config: EvalConfig) -> list[Observation]:
 def followed_instances(st: FrameState, config: EvalConfig | None) -> set[int]:
     """Instances whose verified propagated mask stands for them in this frame, for a segmenter that then
     searches only for the others (`LostOnlySegmenter`: the classical backend's search=lost)."""
+    return set(followed_masks(st, config))
+
+
+def followed_masks(st: FrameState, config: EvalConfig | None) -> dict[int, Observation]:
+    """Instance -> its propagated mask, for the instances that mask stands for (`followed_instances`)."""
     if config is None or st.propagated is None:
-        return set()
+        return {}
     id_index = {k: i for i, k in enumerate(st.bank.ids)}
-    followed = set()
+    followed = {}
     for o in propagated_finds(st, config):
         i = id_index[o.found_for[0]]
         # a weak static mask needs its own find (`propagate`), so the search still looks for it
         if verified(o.propagation, config) and not needs_find(o.propagation, st.bank.tracks[i], config):
-            followed.add(i)
+            followed[i] = o
     return followed
 
 
@@ -227,18 +232,13 @@ def chain_agrees(st: FrameState, zones: dict[int, tuple | None], config: EvalCon
     `propagation.chain_agreement` of them have their propagated mask's box centre inside their carried
     zone. A chain step fitted wrong moves every carried box alike, so the instances propagation
     follows show it; with too few of them nothing shows it, and the frame is searched whole."""
-    followed = followed_instances(st, config)
-    id_index = {k: i for i, k in enumerate(st.bank.ids)}
+    static = [(i, o) for i, o in followed_masks(st, config).items() if st.bank.tracks[i] == "static"]
     inside = 0
-    count = 0
-    for o in propagated_finds(st, config):
-        i = id_index[o.found_for[0]]
-        if i not in followed or st.bank.tracks[i] != "static":
-            continue
-        count += 1
+    for i, o in static:
         x, y, w, h = o.box
         z = zones.get(i)
         inside += z is not None and z[0] <= x + w / 2 <= z[2] and z[1] <= y + h / 2 <= z[3]
+    count = len(static)
     p = config.propagation
     return count >= p.chain_min_followed and inside >= p.chain_agreement * count
 
