@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from tests.helpers.panned_photo import GRID, PAN, PATCH, H, W, extras_by_frame, on_patch, panned_case
+from tests.helpers.panned_photo import patch as _patch
 from tests.helpers.panned_photo import photo as _photo
 from tests.helpers.panned_photo import view as _view
 from worldeval.opis.perception.background import _tracked_step
@@ -56,6 +57,44 @@ def test_fast_pan_keeps_the_background_chain():
         prev, cur = pc.recent[-2], pc.recent[-1]
         assert _tracked_step(prev, cur, np.full((H, W), 255, np.uint8)) is None, t  # the fallback holds it
         assert cur.H is not None and abs(cur.H[0, 2] + fast * t) < 1.0 and abs(cur.H[1, 2]) < 1.0, t
+
+
+def _at(photo, x0: int, pasted: bool) -> np.ndarray:
+    scene = photo[:H].copy()
+    if pasted:
+        px, py, w, h = PATCH
+        scene[py : py + h, px : px + w] = _patch()
+    return np.ascontiguousarray(scene[:, x0 : x0 + W])
+
+
+# a fast pan away from the patch's place and back (view offsets by grid frame): the grid frame of 8
+# does not show the patch (scene x 150-210 against its view 200-500, less the edge band)
+AWAY_AND_BACK = {4: 100, 8: 200, 12: 100, 16: 50}
+
+
+def _away_and_back(photo, pasted: bool) -> dict[int, list[np.ndarray]]:
+    none = np.zeros((0, H // 16, W // 16), np.float32)
+    pc = PersistentContent(_at(photo, 0, False), none)
+    out = {}
+    for t, x0 in AWAY_AND_BACK.items():
+        pc.step(t, _at(photo, x0, pasted), none)
+        assert pc.recent[-1].H is not None and abs(pc.recent[-1].H[0, 2] + x0) < 1.0, t
+        out[t] = pc.candidates()
+    return out
+
+
+def test_content_back_in_view_is_judged_on_the_window_frames_that_show_it():
+    """At 12 the window (4, 8) shows the patch only in 4: it stood there, the same, so it is new static
+    content; a window that had to show it whole would wait for two grid frames in view."""
+    photo = _photo()
+    out = _away_and_back(photo, pasted=True)
+    for t in (12, 16):
+        assert len(out[t]) == 1, t
+        px, py, w, h = PATCH
+        want = np.zeros((H, W), bool)
+        want[py : py + h, px - AWAY_AND_BACK[t] : px - AWAY_AND_BACK[t] + w] = True
+        assert (out[t][0] & want).sum() / (out[t][0] | want).sum() > 0.7, t
+    assert all(c == [] for c in _away_and_back(photo, pasted=False).values())
 
 
 def test_moving_patch_is_not_static_content():
