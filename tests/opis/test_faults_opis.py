@@ -118,7 +118,8 @@ def test_reference_run_records_every_bad_input(data, reference):
     assert sc["models"][MODEL]["OPIS"] is not None
 
 
-@pytest.mark.parametrize("workers", [2, 4])
+# two workers on the CI machine's two cores; the ray test below also runs four
+@pytest.mark.parametrize("workers", [2])
 def test_local_workers_give_identical_archive_scores_and_errors(data, reference, workers):
     root, ds, ro = data
     ref_run, ref_df, ref_scores, ref_status = reference
