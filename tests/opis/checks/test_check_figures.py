@@ -69,6 +69,22 @@ def test_nothing_measured_is_never_a_pass():
     assert [f.status for f in rates] == ["pass", vf.NOT_MEASURED]
 
 
+def _pasted(shown: int | None, hit: int) -> dict:
+    m = {} if shown is None else {"pasted_in_view_frames": shown, "pasted_extra_frames": hit}
+    return {"checks": {"pasted": {"measurements": m}}}
+
+
+def test_pasted_figure_counts_the_frames_of_every_clip_together():
+    # 4/4, 3/3, 4/5 and 0/1: 11 of 13 frames with the object in view have an extra, though one clip has none
+    clips = {"a": _pasted(4, 4), "b": _pasted(3, 3), "c": _pasted(5, 4), "d": _pasted(1, 0), "e": _pasted(None, 0)}
+    f = vf.clip_pasted_frames(clips)
+    assert f.status == "pass" and f.value == "11/13 frames (85%)"
+    f = vf.clip_pasted_frames({"a": _pasted(4, 1), "b": _pasted(3, 1)})  # 2 of 7
+    assert f.status == "FAIL" and f.value == "2/7 frames (29%)"
+    assert vf.clip_pasted_frames({"a": _pasted(4, 2)}).status == "pass"  # exactly half
+    assert vf.clip_pasted_frames({"a": _pasted(0, 0), "e": _pasted(None, 0)}).status == vf.NOT_MEASURED
+
+
 def test_demo_figures():
     scores = {
         "models": {"oracle": {"OPIS": 90.0, "P": 100.0}, "static": {"OPIS": 80.0, "P": 95.0},

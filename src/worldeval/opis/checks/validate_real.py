@@ -359,7 +359,8 @@ def clip_measurements(rows, frames_rec: dict | None, rec: dict, th: ClipThreshol
         share = pasted["in_view_share"]
         pv = [f for f in frames if f < len(share) and share[f] is not None and share[f] >= th.pasted_in_view]
         m["pasted_in_view_frames"] = len(pv)
-        m["extra_share_where_pasted_in_view"] = (sum(1 for f in pv if extras.get(f, 0) > 0) / len(pv)) if pv else None
+        m["pasted_extra_frames"] = sum(1 for f in pv if extras.get(f, 0) > 0)
+        m["extra_share_where_pasted_in_view"] = (m["pasted_extra_frames"] / len(pv)) if pv else None
     return m
 
 
