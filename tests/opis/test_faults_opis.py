@@ -1,6 +1,6 @@
 """OPIS fault and bad-input suite, through the real `run_eval` (classical backend) on tiny synthetic cases.
 
-- 1, 2 and 4 workers, local process pool and a loopback Ray cluster: identical archives (after sorting),
+- 2 local workers, 1 and 4 on a loopback Ray cluster: identical archives (after sorting),
   identical scores, identical named errors for the bad inputs;
 - every bad input (truncated / empty / audio-only / 1-frame video, escaping path, wrong-size mask,
   unknown kinematics, NaN geometry) is a recorded, named error for its case, and the run finishes;
@@ -140,7 +140,7 @@ def test_local_workers_give_identical_archive_scores_and_errors(data, reference,
 def test_ray_workers_give_identical_archive_scores_and_errors(data, reference, local_ray):
     root, ds, ro = data
     ref_run, ref_df, ref_scores, ref_status = reference
-    for workers in (1, 2, 4):
+    for workers in (1, 4):  # one actor, and more actors than the cores (two local workers: above)
         run = root / "runs" / f"ray-{workers}"
         before = snapshot(root)
         run_eval(ds, ro, MODEL, run, workers=workers, executor="ray")
