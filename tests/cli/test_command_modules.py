@@ -44,3 +44,20 @@ def test_opis_score_does_not_import_the_perception_stack():
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_opis_score_runs_without_pandas(tmp_path):
+    """The archive is read and scored as numpy arrays (`ArchiveColumns`): importing pandas alone would
+    cost the command about 0.3 s."""
+    from worldeval.opis.archive import frame_from_records, write_archive
+
+    recs = [dict(frame=24, instance_id="a", track="static", visibility="expected_visible", matched=True, appearance=0.8),
+            dict(frame=24, extra=True)]
+    write_archive(frame_from_records(recs, model="m", case_id="c", domain="d", subcategory="s", n_reference=1, fps=24.0),
+                  tmp_path / "measurements.parquet")
+    code = ("import sys; from worldeval.cli import main; sys.argv[1:] = ['opis', 'score', sys.argv[1], '--json']\n"
+            "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+            "print(sorted(m for m in ('pandas', 'pyarrow.compute', 'pyarrow.dataset') if m in sys.modules), file=sys.stderr)")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True)
+    assert '"models"' in proc.stdout
+    assert proc.stderr.strip().splitlines()[-1] == "[]"

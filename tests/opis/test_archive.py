@@ -14,12 +14,19 @@ import pyarrow.parquet as pq
 import pytest
 
 from worldeval.opis.archive import (
+    BOOL_COLUMNS,
     COLUMNS,
+    FLOAT_COLUMNS,
+    INT_COLUMNS,
     SCHEMA,
+    STRING_COLUMNS,
+    ArchiveColumns,
     ArchiveError,
     consolidate,
     frame_from_records,
+    group_counts,
     read_archive,
+    read_archive_columns,
     validate_archive,
     write_archive,
     write_case_part,
@@ -226,3 +233,36 @@ def test_archive_written_by_plain_pandas_is_accepted(tmp_path):
     back = read_archive(tmp_path)
     assert back["structure_source"].isna().all() and len(back) == len(df)
     assert back["n_reference"].tolist() == [2] * len(df)
+
+
+def test_columns_read_from_parquet_hold_what_the_dataframe_holds(tmp_path):
+    """`read_archive_columns` (how `opis score` reads, without pandas) against `read_archive`'s DataFrame:
+    the same codes in the same category order, the same values, NaN for null."""
+    write_archive(rows("m1"), tmp_path / "measurements" / "m1.parquet")
+    other = rows("m2", case_id="c2", n_frames=3)
+    other.loc[1, "visibility"] = "unknown"
+    write_archive(other, tmp_path / "measurements" / "m2.parquet")
+    cols, keys = read_archive_columns(tmp_path)
+    frame = ArchiveColumns(read_archive(tmp_path))
+    assert cols.n_rows == frame.n_rows == len(rows()) + len(other)
+    for c in STRING_COLUMNS:
+        (codes, labels), (fcodes, flabels) = cols.codes(c), frame.codes(c)
+        assert list(labels) == list(flabels) and codes.tolist() == fcodes.tolist(), c
+        assert list(cols.labels(c)) == list(labels)
+        assert cols.isna(c).tolist() == frame.isna(c).tolist()
+    for c in FLOAT_COLUMNS:
+        np.testing.assert_array_equal(cols.floats(c), frame.floats(c))
+    for c in INT_COLUMNS:
+        assert cols.ints(c).tolist() == frame.ints(c).tolist()
+    for c in BOOL_COLUMNS:
+        assert cols.bools(c).tolist() == frame.bools(c).tolist()
+    assert keys.frame.tolist() == validate_archive(frame).frame.tolist()
+
+
+def test_group_counts_are_one_bincount_per_mask():
+    rng = np.random.default_rng(0)
+    key = rng.integers(0, 50, 10_000)
+    masks = [rng.random(10_000) < p for p in np.linspace(0.05, 0.95, 19)]  # over 16: packed in two codes
+    expected = np.stack([np.bincount(key[m], minlength=50) for m in masks])
+    np.testing.assert_array_equal(group_counts(key, 50, masks), expected)
+    assert group_counts(key[:0], 3, [masks[0][:0]]).tolist() == [[0, 0, 0]]

@@ -13,8 +13,9 @@ Three steps, in the spirit of COCOeval:
    (`worldeval.stats.Hierarchy`), the stratified bootstrap CI, variants and
    diagnostics, returned as the JSON object of SPEC section 3.
 
-All work is numpy/pandas array work: no Python loop runs per row, frame, case
-or bootstrap replicate (loops run over models, variants and diagnostic bins).
+All work is numpy array work: no Python loop runs per row, frame, case or
+bootstrap replicate (loops run over models, variants and diagnostic bins).
+`score_runs` never imports pandas: the archive is read as `ArchiveColumns`.
 Internally scores are fractions in [0, 1]; the JSON output is on 0-100.
 """
 
@@ -23,15 +24,18 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
-import pandas as pd
 
-from worldeval.opis.archive import ArchiveKeys, archive_keys, label_codes, read_archive_with_keys, validate_archive
+from worldeval.opis.archive import (ArchiveColumns, ArchiveKeys, archive_keys, group_counts, read_archive_columns,
+                                    validate_archive)
 from worldeval.opis.labels import EXCLUDED, Track, Visibility
 from worldeval.opis.official import v3
 from worldeval.stats import BOOTSTRAP_REPLICATES, CI_LEVEL, Hierarchy, model_rng, percentile_interval, stratified_counts
+
+if TYPE_CHECKING:
+    import pandas as pd  # a DataFrame is one input scoring takes; `score_runs` reads and scores without pandas
 
 VARIANTS = ("strict", "no_gate", "no_coverage", "minimum", "uniform")
 # The OPIS authors' own aggregation (worldeval.opis.official.v3), reported beside the paper's variants.
@@ -125,9 +129,9 @@ def variant_rules(variant: str, config: ScoreConfig) -> Rules:
 
 @dataclass
 class FrameEvidence:
-    """Per-frame evidence of an archive; `cases` is one row per (model, case) in canonical order."""
+    """Per-frame evidence of an archive; `cases` holds one entry per (model, case) in canonical order."""
 
-    cases: pd.DataFrame
+    cases: dict[str, np.ndarray]  # model, case_id, domain, subcategory (str), n_reference (int64)
     case: np.ndarray  # case index of every frame
     time_s: np.ndarray
     n_expected: np.ndarray  # |E_t|
@@ -155,103 +159,99 @@ class FrameEvidence:
 
     @property
     def n_cases(self) -> int:
-        return len(self.cases)
+        return len(self.cases["model"])
 
 
-def _floats(s: pd.Series) -> np.ndarray:
-    if s.dtype == np.float64:
-        return s.to_numpy()
-    return s.to_numpy(dtype=float, na_value=np.nan)
-
-
-def _label_eq(s: pd.Series, label: str) -> np.ndarray:
-    codes, labels = label_codes(s)
+def _label_eq(cols: ArchiveColumns, name: str, label: str) -> np.ndarray:
+    codes, labels = cols.codes(name)
     hit = np.flatnonzero(labels == label)
     if len(hit) == 0:
-        return np.zeros(len(s), dtype=bool)
+        return np.zeros(cols.n_rows, dtype=bool)
     return codes == hit[0]
 
 
-def frame_evidence(df: pd.DataFrame, config: ScoreConfig = ScoreConfig(), keys: ArchiveKeys | None = None) -> FrameEvidence:
-    """Reduce archive rows to per-frame evidence.
-
-    The archive is validated first unless `config.validate` is False or the
-    caller passes the `keys` that validation returned.
-    """
-    if len(df) == 0:
-        raise ValueError("the archive holds no measurements")
-    if keys is None:
-        keys = validate_archive(df) if config.validate else archive_keys(df)
-
+def _case_table(cols: ArchiveColumns, keys: ArchiveKeys) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """One entry per (model, case) in canonical order, and the canonical rank of each case key."""
     first = keys.first_row_of_case
-    cases = pd.DataFrame(
-        {
-            c: np.asarray(df[c].iloc[first], dtype=object).astype(str)
-            for c in ("model", "case_id", "domain", "subcategory")
-        }
-    )
-    cases["n_reference"] = df["n_reference"].to_numpy()[first].astype(np.int64)
+    cases = {c: cols.labels_at(c, first).astype(str) for c in ("model", "case_id", "domain", "subcategory")}
+    cases["n_reference"] = cols.ints("n_reference")[first].astype(np.int64)
     # Canonical case order (model, domain, subcategory, case_id) so results and
     # the bootstrap's draws do not depend on the order rows were written in.
     order = np.lexsort((cases["case_id"], cases["subcategory"], cases["domain"], cases["model"]))
     rank = np.empty_like(order)
     rank[order] = np.arange(len(order))
-    cases = cases.iloc[order].reset_index(drop=True)
+    return {c: v[order] for c, v in cases.items()}, rank
+
+
+def frame_evidence(df: "pd.DataFrame | ArchiveColumns", config: ScoreConfig = ScoreConfig(),
+                   keys: ArchiveKeys | None = None) -> FrameEvidence:
+    """Reduce archive rows (a DataFrame or `ArchiveColumns`) to per-frame evidence.
+
+    The archive is validated first unless `config.validate` is False or the
+    caller passes the `keys` that validation returned.
+    """
+    cols = ArchiveColumns.of(df)
+    if cols.n_rows == 0:
+        raise ValueError("the archive holds no measurements")
+    if keys is None:
+        keys = validate_archive(cols) if config.validate else archive_keys(cols)
+    cases, rank = _case_table(cols, keys)
 
     fkey = keys.frame
     nf = keys.n_frames
     case_of_frame = np.empty(nf, dtype=np.int64)
     case_of_frame[fkey] = rank[keys.case]
     time_of_frame = np.empty(nf)
-    time_of_frame[fkey] = df["time_s"].to_numpy(dtype=float)
+    time_of_frame[fkey] = cols.floats("time_s")
 
-    extra = df["extra"].to_numpy(dtype=bool)
+    extra = cols.bools("extra")
     # An excluded instance's rows are carried (finding it made it no extra) and never scored.
-    ref = ~extra & ~_label_eq(df["track"], EXCLUDED)
-    matched = df["matched"].to_numpy(dtype=bool) & ref
-    expected = _label_eq(df["visibility"], Visibility.EXPECTED) & ref
-    unknown = _label_eq(df["visibility"], Visibility.UNKNOWN) & ref
-    static = _label_eq(df["track"], Track.STATIC) & ref
-    dynamic = _label_eq(df["track"], Track.DYNAMIC) & ref
-    app = _floats(df["appearance"])
-    strv = _floats(df["structure"])
+    ref = ~extra & ~_label_eq(cols, "track", EXCLUDED)
+    matched = cols.bools("matched") & ref
+    expected = _label_eq(cols, "visibility", Visibility.EXPECTED) & ref
+    unknown = _label_eq(cols, "visibility", Visibility.UNKNOWN) & ref
+    static = _label_eq(cols, "track", Track.STATIC) & ref
+    dynamic = _label_eq(cols, "track", Track.DYNAMIC) & ref
+    app = cols.floats("appearance")
+    strv = cols.floats("structure")
     in_a = matched & ~np.isnan(app)
     in_b = ~np.isnan(strv) & ref
-
-    def count(mask: np.ndarray) -> np.ndarray:
-        return np.bincount(fkey[mask], minlength=nf)
-
-    def total(mask: np.ndarray, values: np.ndarray) -> np.ndarray:
-        return np.bincount(fkey[mask], weights=values[mask], minlength=nf)
-
-    def minimum(mask: np.ndarray, values: np.ndarray) -> np.ndarray:
-        out = np.full(nf, np.inf)
-        np.minimum.at(out, fkey[mask], values[mask])
-        return out
-
+    counts = dict(zip(
+        ("n_expected", "n_missing", "n_extra", "n_app", "fail_app", "n_str", "fail_str", "n_inst", "n_unknown",
+         "n_static", "n_static_str", "n_dynamic", "n_dynamic_str"),
+        group_counts(fkey, nf, [expected, expected & ~matched, extra, in_a, in_a & (app < config.tau_I), in_b,
+                                in_b & (strv < config.tau_S), ref, unknown, static, static & in_b, dynamic,
+                                dynamic & in_b]),
+    ))  # fmt: skip
     return FrameEvidence(
         cases=cases,
         case=case_of_frame,
         time_s=time_of_frame,
-        n_expected=count(expected),
-        n_missing=count(expected & ~matched),
-        n_extra=count(extra),
-        n_app=count(in_a),
-        sum_app=total(in_a, app),
-        min_app=minimum(in_a, app),
-        fail_app=count(in_a & (app < config.tau_I)),
-        n_str=count(in_b),
-        sum_str=total(in_b, strv),
-        min_str=minimum(in_b, strv),
-        fail_str=count(in_b & (strv < config.tau_S)),
-        n_inst=count(ref),
-        n_unknown=count(unknown),
-        n_static=count(static),
-        n_static_str=count(static & in_b),
-        n_dynamic=count(dynamic),
-        n_dynamic_str=count(dynamic & in_b),
-        official=v3.case_scores(df, keys, case_of_frame, len(cases), config.weights),
+        sum_app=_frame_total(fkey, nf, in_a, app),
+        min_app=_frame_minimum(fkey, nf, in_a, app),
+        sum_str=_frame_total(fkey, nf, in_b, strv),
+        min_str=_frame_minimum(fkey, nf, in_b, strv),
+        official=v3.case_scores(cols, keys, case_of_frame, len(cases["model"]), config.weights),
+        **counts,
     )
+
+
+def _frame_total(fkey: np.ndarray, nf: int, mask: np.ndarray, values: np.ndarray) -> np.ndarray:
+    # Zeros in place of the rows left out add nothing, so the sums are those of the rows in `mask`
+    # taken in the same order, bit for bit, without first gathering the rows.
+    return np.bincount(fkey, weights=np.where(mask, values, 0.0), minlength=nf)
+
+
+def _frame_minimum(fkey: np.ndarray, nf: int, mask: np.ndarray, values: np.ndarray) -> np.ndarray:
+    k, v = fkey[mask], values[mask]
+    out = np.full(nf, np.inf)
+    if len(k) > 1 and np.all(k[1:] >= k[:-1]):
+        # Rows written frame by frame: one reduction per run of a frame, far faster than `minimum.at`.
+        starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+        out[k[starts]] = np.minimum.reduceat(v, starts)
+    else:
+        np.minimum.at(out, k, v)
+    return out
 
 
 # ----------------------------------------------------------------------------- step 2: accumulate
@@ -340,16 +340,14 @@ def combine(P, I, S, weights) -> tuple[np.ndarray, np.ndarray]:
 
 def case_flags(comp: dict[str, np.ndarray]) -> list[list[str]]:
     """Per case: P_undefined, I_undefined, no_structure_frames, weights_renormalised."""
-    flags = pd.DataFrame(
-        {
-            "P_undefined": np.isnan(comp["P"]),
-            "I_undefined": np.isnan(comp["I"]),
-            "no_structure_frames": comp["n_FS"] == 0,
-            "weights_renormalised": comp["renormalised"],
-        }
-    )
-    names = np.array(flags.columns, dtype=object)
-    m = flags.to_numpy()
+    flags = {
+        "P_undefined": np.isnan(comp["P"]),
+        "I_undefined": np.isnan(comp["I"]),
+        "no_structure_frames": comp["n_FS"] == 0,
+        "weights_renormalised": comp["renormalised"],
+    }
+    names = np.array(list(flags), dtype=object)
+    m = np.stack(list(flags.values()), axis=1)
     return [list(names[row]) for row in m]
 
 
@@ -373,7 +371,7 @@ class _Levels:
     model_code: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # per case
 
 
-def _levels(cases: pd.DataFrame) -> _Levels:
+def _levels(cases: dict[str, np.ndarray]) -> _Levels:
     h, labels = Hierarchy.from_labels(cases["model"], cases["domain"], cases["subcategory"])
     codes = h.top_of_dom[h.dom_of_sub[h.sub_of_case]]
     # Cases are sorted by model, so each model's cases form one slice.
@@ -481,7 +479,7 @@ def _official_bootstrap(lv, ev: FrameEvidence, config: ScoreConfig) -> np.ndarra
     """(T, 2): the authors' flat case bootstrap of each model's case headlines."""
     out = np.full((lv.hierarchy.n_top, 2), np.nan)
     for t, (a, b) in enumerate(lv.case_slices):
-        ci = v3.flat_bootstrap(ev.official["OPIS"][a:b], ev.cases["case_id"].iloc[a:b], config.bootstrap, config.seed,
+        ci = v3.flat_bootstrap(ev.official["OPIS"][a:b], ev.cases["case_id"][a:b], config.bootstrap, config.seed,
                                config.ci_level)
         if ci is not None:
             out[t] = ci
@@ -492,7 +490,7 @@ def _official_case_records(ev: FrameEvidence) -> list[dict]:
     """Case records of the authors' aggregation; the flag says when Structure had no candidate."""
     off = ev.official
     records = []
-    for k, row in enumerate(ev.cases[["model", "case_id", "domain", "subcategory"]].to_dict("records")):
+    for k, row in enumerate(_records({c: ev.cases[c].tolist() for c in ("model", "case_id", "domain", "subcategory")})):
         s = off["S"][k]
         records.append({**row, "P": float(off["P"][k]) * 100, "I": float(off["I"][k]) * 100,
                         "S": None if np.isnan(s) else float(s) * 100, "C_S": None, "OPIS": float(off["OPIS"][k]),
@@ -505,7 +503,7 @@ _DIAG = ("P", "I", "S", "C_S", "fail_I")
 
 def _density_levels(ev: FrameEvidence, lv, comp: dict, rules, config: ScoreConfig) -> dict:
     """Per model, the components over the cases of each reference-density bin."""
-    dbin = _density_bin(ev.cases["n_reference"].to_numpy(), config.density_edges)
+    dbin = _density_bin(ev.cases["n_reference"], config.density_edges)
     density = {}
     for b, name in enumerate(_bin_names(config.density_edges, "density")):
         mask = dbin == b
@@ -565,14 +563,26 @@ def _model_json(t: int, lv, main: dict, opis: dict, ci, cov: dict, diags: dict, 
 def _case_records(ev: FrameEvidence, comp: dict) -> list[dict]:
     pct = 100.0
     cases = ev.cases
-    case_table = pd.DataFrame({
-        "model": cases["model"], "case_id": cases["case_id"], "domain": cases["domain"], "subcategory": cases["subcategory"],
-        "P": comp["P"] * pct, "I": comp["I"] * pct, "S": comp["S"] * pct, "C_S": comp["C_S"] * pct, "OPIS": comp["OPIS"],
-    })  # fmt: skip
-    records = case_table.astype(object).where(case_table.notna(), None).to_dict("records")
+    case_table = {
+        "model": cases["model"].tolist(), "case_id": cases["case_id"].tolist(), "domain": cases["domain"].tolist(),
+        "subcategory": cases["subcategory"].tolist(), "P": _nums(comp["P"] * pct), "I": _nums(comp["I"] * pct),
+        "S": _nums(comp["S"] * pct), "C_S": _nums(comp["C_S"] * pct), "OPIS": _nums(comp["OPIS"]),
+    }  # fmt: skip
+    records = _records(case_table)
     for rec, fl in zip(records, case_flags(comp)):
         rec["flags"] = fl
     return records
+
+
+def _nums(x: np.ndarray) -> list:
+    """Python floats, None for NaN (undefined)."""
+    return [None if math.isnan(v) else v for v in x.tolist()]
+
+
+def _records(columns: dict[str, list]) -> list[dict]:
+    """Column lists -> one dict per row, keys in the columns' order."""
+    names = list(columns)
+    return [dict(zip(names, row)) for row in zip(*columns.values())]
 
 
 def _diag_json(lvl: dict, t: int) -> dict:
@@ -590,7 +600,7 @@ def _diag_json(lvl: dict, t: int) -> dict:
 # ----------------------------------------------------------------------------- entry points
 
 
-def score_frame(df: pd.DataFrame, config: ScoreConfig = ScoreConfig()) -> dict:
+def score_frame(df: "pd.DataFrame | ArchiveColumns", config: ScoreConfig = ScoreConfig()) -> dict:
     """Score an in-memory archive DataFrame; returns the SPEC section 3 JSON object."""
     return summarize(frame_evidence(df, config), config)
 
@@ -602,7 +612,7 @@ def score_runs(paths: str | Path | Sequence[str | Path], config: ScoreConfig = S
     """
     if isinstance(paths, (str, Path)):
         paths = [paths]
-    df, keys = read_archive_with_keys(paths, validate=config.validate)
-    result = summarize(frame_evidence(df, replace(config, validate=False), keys=keys), config)
+    cols, keys = read_archive_columns(paths, validate=config.validate)
+    result = summarize(frame_evidence(cols, replace(config, validate=False), keys=keys), config)
     result["runs"] = [str(p) for p in paths]
     return result

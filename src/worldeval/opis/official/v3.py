@@ -26,11 +26,15 @@ id, percentile interval) and belongs to the flat case mean, reported beside it.
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
 
-from worldeval.opis.archive import ArchiveKeys, dense_ids, label_codes
+import numpy as np
+
+from worldeval.opis.archive import ArchiveColumns, ArchiveKeys, dense_ids, group_counts
 from worldeval.stats import Hierarchy
+
+if TYPE_CHECKING:
+    import pandas as pd  # scoring reads archives as `ArchiveColumns`, without pandas
 
 VARIANT = "official-v3"
 CONTRACT = "3.11-strict-frame-presence-provisional"
@@ -44,29 +48,44 @@ DECIDED_UNSEEN = ("out_of_view", "occluded")
 STRUCTURE_TRACKS = ("static", "dynamic")
 
 
-def _is(s: pd.Series, labels) -> np.ndarray:
-    codes, names = label_codes(s)
-    hit = np.isin(np.asarray(names, dtype=object), list(labels))
-    return np.append(hit, False)[np.where(codes >= 0, codes, len(hit))]
+def _is(cols: ArchiveColumns, name: str, labels) -> np.ndarray:
+    codes, names = cols.codes(name)
+    out = np.zeros(cols.n_rows, dtype=bool)
+    for hit in np.flatnonzero(np.isin(np.asarray(names, dtype=object), list(labels))):
+        out |= codes == hit  # a comparison per label is cheaper than a lookup per row
+    return out
 
 
 def _mean_by(key: np.ndarray, mask: np.ndarray, values: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """(mean, count) of values[mask] grouped by key; NaN where a group has no member."""
-    cnt = np.bincount(key[mask], minlength=n).astype(float)
-    tot = np.bincount(key[mask], weights=values[mask], minlength=n)
+    k = key[mask]
+    cnt = np.bincount(k, minlength=n)
+    return _mean_of(cnt, np.bincount(k, weights=values[mask], minlength=n)), cnt.astype(float)
+
+
+def _total_by(key: np.ndarray, mask: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Sum of values[mask] per key: zeros in place of the other rows add nothing (the same sums, bit
+    for bit, as over the gathered rows)."""
+    return np.bincount(key, weights=np.where(mask, values, 0.0), minlength=n)
+
+
+def _mean_of(count: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """total / count; NaN where the count is 0."""
+    cnt = count.astype(float)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(cnt > 0, tot / np.where(cnt > 0, cnt, 1), np.nan), cnt
+        return np.where(cnt > 0, total / np.where(cnt > 0, cnt, 1), np.nan)
 
 
-def presence(df: pd.DataFrame, fkey: np.ndarray, n_frames: int, frame_case: np.ndarray, n_cases: int) -> np.ndarray:
+def presence(cols: ArchiveColumns, fkey: np.ndarray, n_frames: int, frame_case: np.ndarray, n_cases: int) -> np.ndarray:
     """Case Presence under their strict frame rule (0 for a case without a scored frame)."""
-    extra = df["extra"].to_numpy(dtype=bool)
-    present = ~extra & (df["matched"].to_numpy(dtype=bool) | df["ambiguous"].to_numpy(dtype=bool))
-    missing = ~extra & _is(df["visibility"], ("expected_visible",)) & ~present
-    unseen = ~extra & ~present & _is(df["visibility"], DECIDED_UNSEEN)
+    extra = cols.bools("extra")
+    present = ~extra & (cols.bools("matched") | cols.bools("ambiguous"))
+    missing = ~extra & _is(cols, "visibility", ("expected_visible",)) & ~present
+    unseen = ~extra & ~present & _is(cols, "visibility", DECIDED_UNSEEN)
     # One pass: each row's kind (0 undecided reference, 1 present, 2 missing, 3 occluded or out of
     # view, 4 extra) counted per frame.
-    kind = present * 1 + missing * 2 + unseen * 3 + extra * 4
+    u8 = np.uint8  # small integers: a kind per row in one byte, not eight
+    kind = present.astype(u8) + missing * u8(2) + unseen * u8(3) + extra * u8(4)
     counts = np.bincount(fkey * 5 + kind, minlength=n_frames * 5).reshape(n_frames, 5)
     n_ref, n_defined = counts[:, :4].sum(1), counts[:, 1] + counts[:, 2]
     counted_extra = (n_ref > 0) & (counts[:, 0] == 0) & (counts[:, 4] > 0)
@@ -76,9 +95,9 @@ def presence(df: pd.DataFrame, fkey: np.ndarray, n_frames: int, frame_case: np.n
     return np.nan_to_num(p, nan=0.0)
 
 
-def _instance_key(df: pd.DataFrame, row_case: np.ndarray) -> tuple[np.ndarray, int, np.ndarray]:
+def _instance_key(cols: ArchiveColumns, row_case: np.ndarray) -> tuple[np.ndarray, int, np.ndarray]:
     """A dense id per (case, instance) for every row, and the case of each id."""
-    icode, _ = label_codes(df["instance_id"])
+    icode, _ = cols.codes("instance_id")
     width = int(icode.max()) + 2
     ikey, n_inst = dense_ids(row_case.astype(np.int64) * width + (icode + 1))
     inst_case = np.zeros(n_inst, dtype=np.int64)
@@ -86,24 +105,25 @@ def _instance_key(df: pd.DataFrame, row_case: np.ndarray) -> tuple[np.ndarray, i
     return ikey, n_inst, inst_case
 
 
-def identity_and_structure(df: pd.DataFrame, row_case: np.ndarray, n_cases: int) -> tuple[np.ndarray, np.ndarray]:
+def identity_and_structure(cols: ArchiveColumns, row_case: np.ndarray, n_cases: int) -> tuple[np.ndarray, np.ndarray]:
     """Case Identity (instance macro of present rows' appearance) and Structure (instance macro of the
     Beta-shrunk structure of candidates; NaN without candidates)."""
-    ref = ~df["extra"].to_numpy(dtype=bool)
-    present = ref & (df["matched"].to_numpy(dtype=bool) | df["ambiguous"].to_numpy(dtype=bool))
-    app = df["appearance"].to_numpy(dtype=float, na_value=np.nan)
-    strv = df["structure"].to_numpy(dtype=float, na_value=np.nan)
-    ikey, n_inst, inst_case = _instance_key(df, row_case)
+    ref = ~cols.bools("extra")
+    present = ref & (cols.bools("matched") | cols.bools("ambiguous"))
+    app = cols.floats("appearance")
+    strv = cols.floats("structure")
+    ikey, n_inst, inst_case = _instance_key(cols, row_case)
+    with_app = present & ~np.isnan(app)
+    candidate = ref & _is(cols, "track", STRUCTURE_TRACKS)
+    measured = candidate & ~np.isnan(strv)
+    n_app, n_cand, n = group_counts(ikey, n_inst, [with_app, candidate, measured])
 
-    inst_app, _ = _mean_by(ikey, present & ~np.isnan(app), np.nan_to_num(app), n_inst)
+    inst_app = _mean_of(n_app, _total_by(ikey, with_app, app, n_inst))
     has_app = ~np.isnan(inst_app)
     I, _ = _mean_by(inst_case, has_app, np.nan_to_num(inst_app), n_cases)
 
-    candidate = ref & _is(df["track"], STRUCTURE_TRACKS)
-    is_cand = np.bincount(ikey[candidate], minlength=n_inst) > 0
-    measured = candidate & ~np.isnan(strv)
-    n = np.bincount(ikey[measured], minlength=n_inst)
-    total = np.bincount(ikey[measured], weights=strv[measured], minlength=n_inst)
+    is_cand = n_cand > 0
+    total = _total_by(ikey, measured, strv, n_inst)
     shrunk = (total + PRIOR_MEAN * PRIOR_STRENGTH) / (n + PRIOR_STRENGTH)
     S, _ = _mean_by(inst_case, is_cand, shrunk, n_cases)
     return np.nan_to_num(I, nan=0.0), S
@@ -118,11 +138,13 @@ def headline(P: np.ndarray, I: np.ndarray, S: np.ndarray, weights) -> np.ndarray
     return 100.0 * np.where(np.isnan(S), fallback, full)
 
 
-def case_scores(df: pd.DataFrame, keys: ArchiveKeys, frame_case: np.ndarray, n_cases: int, weights) -> dict:
+def case_scores(df: "pd.DataFrame | ArchiveColumns", keys: ArchiveKeys, frame_case: np.ndarray, n_cases: int,
+                weights) -> dict:
     """Per case (in `frame_case`'s case order): P, I, S as fractions (S NaN without candidates) and OPIS."""
+    cols = ArchiveColumns.of(df)
     row_case = frame_case[keys.frame]
-    P = presence(df, keys.frame, keys.n_frames, frame_case, n_cases)
-    I, S = identity_and_structure(df, row_case, n_cases)
+    P = presence(cols, keys.frame, keys.n_frames, frame_case, n_cases)
+    I, S = identity_and_structure(cols, row_case, n_cases)
     return {"P": P, "I": I, "S": S, "OPIS": headline(P, I, S, weights)}
 
 
@@ -141,7 +163,7 @@ def flat_bootstrap(values: np.ndarray, case_ids, replicates: int, seed: int, lev
     return [float(lo), float(hi)]
 
 
-def hierarchy_means(cases: pd.DataFrame, comp: dict) -> tuple[Hierarchy, dict, dict]:
+def hierarchy_means(cases: "pd.DataFrame | dict[str, np.ndarray]", comp: dict) -> tuple[Hierarchy, dict, dict]:
     """Case -> subcategory -> domain -> model means of P, I, S and the case headlines."""
     h, labels = Hierarchy.from_labels(cases["model"], cases["domain"], cases["subcategory"])
     values = np.stack([comp["P"], comp["I"], comp["S"], comp["OPIS"] / 100.0], axis=1)
