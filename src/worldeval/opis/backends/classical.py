@@ -231,12 +231,14 @@ def _nms_peaks(res: np.ndarray, k: int, radius: tuple[int, int]) -> list[tuple[f
 
 
 
-# search=lost (the default): the template scan runs only for instances without a verified propagated
-# mask in the frame (a followed instance keeps its feature route), and for a static instance a reliable
-# camera places only inside the zone its geometric gate admits (`frame.search_windows`); search=all: every
-# instance is scanned over the whole frame in every frame, as before 2026-12-05 (docs/backends.md,
-# "Speed on dense scenes")
-SEARCH_MODES = ("lost", "all")
+# search=placed (the default since 2026-12-07): as lost, but a static instance placed in the frame (by a
+# reliable camera, or by the chained background where propagation confirms it: `frame.search_places`) has
+# its template re-located from that place (`_refine`) instead of scanning its zone; search=lost: the template
+# scan runs only for instances without a verified propagated mask in the frame (a followed instance keeps
+# its feature route), and for a placed static instance only inside the zone its geometric gate admits
+# (`frame.search_windows`); search=all: every instance is scanned over the whole frame in every frame, as
+# before 2026-12-05 (docs/backends.md, "Speed on dense scenes"; docs/validation.md, "Search from the place")
+SEARCH_MODES = ("placed", "lost", "all")
 
 
 class SearchSegmenter:
@@ -257,13 +259,14 @@ class SearchSegmenter:
         copy_peak: float = 0.8,
         moving_parts: int = 4,
         motion: bool = False,
-        search: str = "lost",
+        search: str = "placed",
         scan_side: int = 480,
         zone_peaks: int = 1,
     ):
         if search not in SEARCH_MODES:
             raise ValueError(f"search={search!r}: choose {' or '.join(SEARCH_MODES)}")
-        self.searches_lost_only = search == "lost"
+        self.searches_lost_only = search in ("placed", "lost")
+        self.starts_from_places = search == "placed"
         # opt-in (backend option motion=on): on the tuning clip it helped, on the reporting clips it did
         # not (docs/backends.md, "Moving parts")
         self.frames_moving_parts = bool(motion)
@@ -287,7 +290,7 @@ class SearchSegmenter:
         self.min_inliers = min_inliers
         self.versions = {"segmenter": f"sift-template-search[side={template_side},scan={scan_side},peaks={template_peaks},zone_peaks={zone_peaks},"
                                       f"clusters={feature_clusters},min_inliers={min_inliers}"
-                                      + (",motion=on" if motion else "") + (",search=all]" if search == "all" else "]")}
+                                      + (",motion=on" if motion else "") + ("]" if search == "lost" else f",search={search}]")}
 
     # -- per-case preparation (cached in the reference bank)
     def _prepare(self, bank):
@@ -314,12 +317,14 @@ class SearchSegmenter:
         return prep
 
     def observe(self, frame: np.ndarray, phrases=None, reference=None, followed: set[int] | None = None,
-                windows: dict | None = None, gated: bool = True) -> list[Observation]:
-        """Candidates of every reference instance. `followed` (with search=lost): instances whose verified
-        propagated mask stands for them in this frame; they get the feature route only (no template scan).
-        `windows` (with search=lost): instance -> the zone (x0, y0, x1, y1) a find's centre must lie in to
-        be matchable to it, or None where no template find can be; the scan then covers that zone only,
-        keeping `zone_peaks` places there when `gated` (the camera's gate) and `template_peaks` otherwise."""
+                windows: dict | None = None, gated: bool = True, places: dict | None = None) -> list[Observation]:
+        """Candidates of every reference instance. `followed` (with search=placed or lost): instances whose
+        verified propagated mask stands for them in this frame; they get the feature route only (no template
+        scan). `windows`: instance -> the zone (x0, y0, x1, y1) a find's centre must lie in to be matchable to
+        it, or None where no template find can be; the scan then covers that zone only, keeping `zone_peaks`
+        places there when `gated` (the camera's gate) and `template_peaks` otherwise. `places` (with
+        search=placed): instance -> its expected box (x, y, w, h) in the frame; its template is then
+        re-located from there rather than scanned over the zone."""
         if reference is None:
             raise ValueError("the classical segmenter searches for reference instances and needs the reference bank")
         bank = reference
@@ -342,8 +347,12 @@ class SearchSegmenter:
             # another scale often shows too few of the instance's keypoints for a second cluster).
             firm = bank.tracks[i] == "static" and any(o.score >= self.firm_cluster for o in cands)
             min_peak = self.copy_peak if firm else None
-            cands += self._template_route(bank, i, info, bright, small_frames, seeds, min_peak=min_peak, zone=zone,
-                                          gated=gated)
+            place = places.get(i) if (places and self.starts_from_places and zone is not None) else None
+            if place is not None:
+                cands += self._placed_route(bank, i, info, bright, place, seeds, min_peak=min_peak, gated=gated)
+            else:
+                cands += self._template_route(bank, i, info, bright, small_frames, seeds, min_peak=min_peak, zone=zone,
+                                              gated=gated)
             out.extend(_dedupe(cands))
         # searches for different instances often land on the same object; one observation per
         # place is enough (association decides whose it is) and halves the embedding work
@@ -463,6 +472,28 @@ class SearchSegmenter:
         found = [self._refine(info, frame, r, rounds=1) for r in seeds] + [
             self._refine(info, frame, r) for r in _spread(found, peaks + 1)
         ]
+        return self._place_found(bank, i, info, frame, found, peaks + len(seeds))
+
+    def _placed_route(self, bank, i, info, frame, place, seeds=(), min_peak: float | None = None,
+                      gated: bool = True) -> list[Observation]:
+        """The template re-located from the instance's expected place (x, y, w, h), at the expected size.
+
+        Where the camera (or the confirmed chain) says where a static object should be, a scan of its
+        whole zone mostly re-finds it there, at several scales, and refines a second peak that loses; up
+        to three rounds of `_refine` from the place reach it at a fraction of the cost (on the dense speed
+        cases the search took about 40 % less time; docs/validation.md, "Search from the place"). What
+        the zone scan could add, a better-correlating place far from the expected one, is within the gate
+        but is not the object the camera expects there: a lookalike, or a leftover of a moved object.
+        """
+        px, py, pw, ph = place
+        x, y, w, h = info["box"]
+        s = math.sqrt(max(1.0, pw * ph) / max(1.0, w * h))  # the template at the place's size
+        start = (0.0, px + pw / 2 - w * s / 2, py + ph / 2 - h * s / 2, w * s, h * s)
+        found = [self._refine(info, frame, start)]
+        if min_peak is not None:
+            found = [r for r in found if r[0] >= min_peak]
+        found = [self._refine(info, frame, r, rounds=1) for r in seeds] + found
+        peaks = self.zone_peaks if gated else self.template_peaks
         return self._place_found(bank, i, info, frame, found, peaks + len(seeds))
 
     def _place_found(self, bank, i, info, frame, found, limit) -> list[Observation]:
@@ -628,10 +659,10 @@ def build_backend(device: str = "cpu", **options) -> Backend:
     pose (mediapipe | none: person landmarks for dynamic Structure, eq. 5),
     motion (on | off, default off: frame dynamic instances where the frame moves on its own, from the
     neighbouring video frames; docs/backends.md "Moving parts"),
-    search (lost | all, default lost: the template scan runs only for instances without a verified
-    propagated mask in the frame, and for a static instance the camera places only inside its geometric
-    gate; all scans the whole frame for every instance in every frame, slower on dense scenes:
-    docs/backends.md "Speed on dense scenes")."""
+    search (placed | lost | all, default placed: the template search runs only for instances without a
+    verified propagated mask in the frame, and a static instance the camera (or the confirmed chain) places
+    is re-located from that place; lost: such an instance is scanned over its gate zone; all scans the whole
+    frame for every instance in every frame, slower on dense scenes: docs/backends.md "Speed on dense scenes")."""
     import cv2
     import torch
 
