@@ -339,9 +339,10 @@ def test_search_lost_scans_templates_only_for_instances_not_followed(tmp_path):
     bank = build_reference(case)
     frame = np.ascontiguousarray(np.roll(img, 3, axis=1))
     every = SearchSegmenter(SiftMatcher(), search="all").observe(frame, reference=bank)
-    lost = SearchSegmenter(SiftMatcher())
+    lost = SearchSegmenter(SiftMatcher(), search="lost")
     assert lost.searches_lost_only and "search=" not in lost.versions["segmenter"]
     assert "search=all" in SearchSegmenter(SiftMatcher(), search="all").versions["segmenter"]
+    assert "search=placed" in SearchSegmenter(SiftMatcher()).versions["segmenter"]  # the default
     some = lost.observe(frame, reference=bank, followed={0})
     assert any(o.route == ROUTE_TEMPLATE and "a" in o.found_for for o in every)
     assert not any(o.route == ROUTE_TEMPLATE and o.found_for[:1] == ["a"] for o in some)
@@ -350,6 +351,7 @@ def test_search_lost_scans_templates_only_for_instances_not_followed(tmp_path):
     same = lost.observe(frame, reference=bank)
     assert [(o.box, o.route, o.found_for) for o in same] == [(o.box, o.route, o.found_for) for o in every]
     assert build_backend(pose="none").segmenter.searches_lost_only
+    assert build_backend(search="lost", pose="none").segmenter.searches_lost_only
     assert not build_backend(search="all", pose="none").segmenter.searches_lost_only
     with pytest.raises(ValueError, match="search"):
         build_backend(search="some", pose="none")
@@ -457,6 +459,9 @@ def test_search_windows_are_the_geometric_gate_of_each_placed_static_instance():
     assert win[1] is None and win[3] is None  # no search find can match them
     assert 2 not in win  # dynamic: searched everywhere
     assert win[4] == pytest.approx((330 - 60 - m, 240 - 80 - m, 330 + 60 + m, 240 + 80 + m))
+    # the places a search starts from (search=placed): the projected boxes the zones were grown from
+    from worldeval.opis.perception.frame import search_places
+    assert search_places(st, cfg) == {0: (100.0, 50.0, 40.0, 20.0), 1: None, 3: None, 4: (300.0, 200.0, 60.0, 80.0)}
     # every box the zone admits passes the gate; one centred just outside it does not
     x0, y0, x1, y1 = win[0]
     inside = np.array([[x0 - 20, y0 - 10, 40, 20], [x1 - 20, y1 - 10, 40, 20]])
@@ -568,6 +573,36 @@ def test_the_template_scan_inside_a_zone_finds_only_the_copy_centred_there(tmp_p
     # observe: an instance whose window is None gets its feature route only; no window, the whole frame
     obs = seg.observe(frame, reference=bank, windows={0: None})
     assert not any(o.route == C.ROUTE_TEMPLATE and o.found_for[:1] == ["a"] for o in obs)
+
+
+def test_search_from_the_place_finds_the_object_there_and_not_a_copy_elsewhere_in_the_zone(tmp_path):
+    """search=placed: an instance with an expected place is re-located from it. On a frame holding the
+    instance near its place and a sharper copy elsewhere in the zone, the zone scan (search=lost) keeps
+    the copy, the search from the place the object; without a place the zone is scanned as before."""
+    from worldeval.opis.backends import classical as C
+    from worldeval.opis.perception.reference import build_reference
+
+    case, img = _textured_case(tmp_path)
+    bank = build_reference(case)
+    rng = np.random.default_rng(3)
+    frame = np.full_like(img, 128)
+    # the object 6 px right and 4 px down of where it is expected, a little noisy; an exact copy 45 px right
+    noisy = np.clip(img[20:60, 20:70].astype(int) + rng.integers(-40, 41, (40, 50, 3)), 0, 255).astype(np.uint8)
+    frame[24:64, 26:76] = noisy
+    frame[24:64, 90:140] = img[20:60, 20:70]
+    zone, place = (0.0, 0.0, 160.0, 120.0), (20.0, 20.0, 50.0, 40.0)
+    kw = dict(reference=bank, followed={1}, windows={0: zone})
+    scanned = C.SearchSegmenter(C.SiftMatcher(), search="lost", feature_clusters=0).observe(frame, **kw, places={0: place})
+    placed_seg = C.SearchSegmenter(C.SiftMatcher(), feature_clusters=0)
+    placed = placed_seg.observe(frame, **kw, places={0: place})
+
+    def corners(obs):
+        return {(round(o.box[0]), round(o.box[1])) for o in obs if o.found_for[:1] == ["a"]}
+
+    assert corners(scanned) == {(90, 24)}  # one place in a gated zone: the best-correlating one, the copy
+    assert corners(placed) == {(26, 24)}  # reached from the expected place in the refinement's rounds
+    # no place for the instance: its zone is scanned, as search=lost does
+    assert corners(placed_seg.observe(frame, **kw, places={})) == {(90, 24)}
 
 
 def test_gate_zone_is_where_the_geometric_gate_admits_a_centre():

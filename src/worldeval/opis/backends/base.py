@@ -120,17 +120,21 @@ class MovingPartsSegmenter(Segmenter, Protocol):
 
 @runtime_checkable
 class LostOnlySegmenter(Segmenter, Protocol):
-    """A segmenter that can leave out the instances the propagation stage already follows (classical search=lost)."""
+    """A segmenter that can leave out the instances the propagation stage already follows (classical
+    search=placed or lost)."""
 
     searches_lost_only: bool  # whether it does so in this run
 
     def observe(self, frame: np.ndarray, phrases: list[str], reference=None,
-                followed: set[int] | None = None, windows: dict | None = None, gated: bool = True) -> list[Observation]:
+                followed: set[int] | None = None, windows: dict | None = None, gated: bool = True,
+                places: dict | None = None) -> list[Observation]:
         """`Segmenter.observe`, searching only for the instances not in `followed` (indices into the bank),
         and for an instance in `windows` only where a find could match it: the zone (x0, y0, x1, y1) its
         centre must lie in, or None for nowhere (`frame.search_windows`). `gated`: the zones are the
         camera's geometric gates, so one find in a zone is enough; False (zones from the chained
-        background, no gate in association): keep as many places in a zone as over the whole frame."""
+        background, no gate in association): keep as many places in a zone as over the whole frame.
+        `places`: instance -> the box (x, y, w, h) the zone was grown from, where the instance should be
+        (`frame.search_places`); a segmenter may start its search there (classical search=placed)."""
         ...
 
 

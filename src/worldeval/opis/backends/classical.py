@@ -62,12 +62,17 @@ def sift_canonical(kps, desc):
     return [kps[k] for k in order], desc[order]
 
 
+# the ordinary pass's SIFT settings (OpenCV's defaults; `SiftMatcher._strongest` re-applies its contrast test)
+SIFT_LAYERS = 3
+SIFT_CONTRAST = 0.04
+
+
 class SiftMatcher:
     name = "opencv-sift"
     detects_keypoints = True
 
     def __init__(
-        self, feature_max_side: int = 640, nfeatures: int = 2000, ratio: float = 0.8, cache_size: int = 6,
+        self, feature_max_side: int = 640, nfeatures: int = 2000, ratio: float = 0.8, cache_size: int = 8,
         background_features: int = 300, contrast_floor: float = 0.005,
     ):
         self.feature_max_side = int(feature_max_side)
@@ -104,7 +109,8 @@ class SiftMatcher:
 
         ck = (nfeatures, contrast)
         if ck not in self._sift:
-            self._sift[ck] = cv2.SIFT_create(nfeatures=nfeatures, **({} if contrast is None else {"contrastThreshold": contrast}))
+            self._sift[ck] = cv2.SIFT_create(nfeatures=nfeatures, nOctaveLayers=SIFT_LAYERS,
+                                             contrastThreshold=SIFT_CONTRAST if contrast is None else contrast)
         H, W = image.shape[:2]
         s = min(1.0, self.feature_max_side / max(H, W))
         gray = cv2.cvtColor(image, cv2.COLOR_RGB2GRAY)
@@ -136,7 +142,26 @@ class SiftMatcher:
             return self.match(img0, img1, mask0=background)
         b0 = self._cached(img0, background, ("background",), lambda: self._background(img0, background))
         f1 = self._cached(img1, None, ("floor",), lambda: self._detect(img1, 4 * self.nfeatures, self.contrast_floor, None))
+        # the frame's ordinary keypoints (the search's, asked for next) come from this pass: one SIFT pass a frame, not two
+        self._cached(img1, None, ("ordinary",), lambda: self._strongest(f1))
         return self._correspond(b0, np.arange(len(b0.xy)), f1, np.arange(len(f1.xy)))
+
+    def _strongest(self, floor: Features) -> Features:
+        """What an ordinary pass (`features`) keeps, taken from a pass over the same image at the contrast floor.
+
+        The two passes build the same scale space and find the same extrema; a lower threshold only lets
+        more of them through. SIFT's contrast test (|response| x layers >= threshold, in float32 as OpenCV
+        computes it) and its budget (OpenCV's `retainBest`: every keypoint as strong as the nfeatures-th)
+        applied to the floor pass's keypoints leave the ordinary pass's keypoints and descriptors, bit for
+        bit and in the same canonical order, on each of 117 shared images checked (video frames of every
+        clip, the photos, the multi-view pairs; tests/opis/backends/test_sift_floor.py). Only a keypoint
+        whose interpolated contrast is more than twice its raw scale-space value could differ."""
+        r = floor.response.astype(np.float32)
+        keep = np.flatnonzero(r * np.float32(SIFT_LAYERS) >= SIFT_CONTRAST)
+        if 0 < self.nfeatures < len(keep):
+            weakest_kept = np.sort(r[keep])[::-1][self.nfeatures - 1]
+            keep = keep[r[keep] >= weakest_kept]
+        return Features(floor.xy[keep], floor.desc[keep], floor.shape, floor.response[keep])
 
     def _background(self, image: np.ndarray, background: np.ndarray) -> Features:
         # OpenCV applies a detection mask after keeping its `nfeatures` best over the whole image,
@@ -231,12 +256,14 @@ def _nms_peaks(res: np.ndarray, k: int, radius: tuple[int, int]) -> list[tuple[f
 
 
 
-# search=lost (the default): the template scan runs only for instances without a verified propagated
-# mask in the frame (a followed instance keeps its feature route), and for a static instance a reliable
-# camera places only inside the zone its geometric gate admits (`frame.search_windows`); search=all: every
-# instance is scanned over the whole frame in every frame, as before 2026-12-05 (docs/backends.md,
-# "Speed on dense scenes")
-SEARCH_MODES = ("lost", "all")
+# search=placed (the default since 2026-12-07): as lost, but a static instance placed in the frame (by a
+# reliable camera, or by the chained background where propagation confirms it: `frame.search_places`) has
+# its template re-located from that place (`_refine`) instead of scanning its zone; search=lost: the template
+# scan runs only for instances without a verified propagated mask in the frame (a followed instance keeps
+# its feature route), and for a placed static instance only inside the zone its geometric gate admits
+# (`frame.search_windows`); search=all: every instance is scanned over the whole frame in every frame, as
+# before 2026-12-05 (docs/backends.md, "Speed on dense scenes"; docs/validation.md, "Search from the place")
+SEARCH_MODES = ("placed", "lost", "all")
 
 
 class SearchSegmenter:
@@ -257,13 +284,14 @@ class SearchSegmenter:
         copy_peak: float = 0.8,
         moving_parts: int = 4,
         motion: bool = False,
-        search: str = "lost",
+        search: str = "placed",
         scan_side: int = 480,
         zone_peaks: int = 1,
     ):
         if search not in SEARCH_MODES:
             raise ValueError(f"search={search!r}: choose {' or '.join(SEARCH_MODES)}")
-        self.searches_lost_only = search == "lost"
+        self.searches_lost_only = search in ("placed", "lost")
+        self.starts_from_places = search == "placed"
         # opt-in (backend option motion=on): on the tuning clip it helped, on the reporting clips it did
         # not (docs/backends.md, "Moving parts")
         self.frames_moving_parts = bool(motion)
@@ -287,7 +315,7 @@ class SearchSegmenter:
         self.min_inliers = min_inliers
         self.versions = {"segmenter": f"sift-template-search[side={template_side},scan={scan_side},peaks={template_peaks},zone_peaks={zone_peaks},"
                                       f"clusters={feature_clusters},min_inliers={min_inliers}"
-                                      + (",motion=on" if motion else "") + (",search=all]" if search == "all" else "]")}
+                                      + (",motion=on" if motion else "") + ("]" if search == "lost" else f",search={search}]")}
 
     # -- per-case preparation (cached in the reference bank)
     def _prepare(self, bank):
@@ -314,12 +342,14 @@ class SearchSegmenter:
         return prep
 
     def observe(self, frame: np.ndarray, phrases=None, reference=None, followed: set[int] | None = None,
-                windows: dict | None = None, gated: bool = True) -> list[Observation]:
-        """Candidates of every reference instance. `followed` (with search=lost): instances whose verified
-        propagated mask stands for them in this frame; they get the feature route only (no template scan).
-        `windows` (with search=lost): instance -> the zone (x0, y0, x1, y1) a find's centre must lie in to
-        be matchable to it, or None where no template find can be; the scan then covers that zone only,
-        keeping `zone_peaks` places there when `gated` (the camera's gate) and `template_peaks` otherwise."""
+                windows: dict | None = None, gated: bool = True, places: dict | None = None) -> list[Observation]:
+        """Candidates of every reference instance. `followed` (with search=placed or lost): instances whose
+        verified propagated mask stands for them in this frame; they get the feature route only (no template
+        scan). `windows`: instance -> the zone (x0, y0, x1, y1) a find's centre must lie in to be matchable to
+        it, or None where no template find can be; the scan then covers that zone only, keeping `zone_peaks`
+        places there when `gated` (the camera's gate) and `template_peaks` otherwise. `places` (with
+        search=placed): instance -> its expected box (x, y, w, h) in the frame; its template is then
+        re-located from there rather than scanned over the zone."""
         if reference is None:
             raise ValueError("the classical segmenter searches for reference instances and needs the reference bank")
         bank = reference
@@ -342,8 +372,12 @@ class SearchSegmenter:
             # another scale often shows too few of the instance's keypoints for a second cluster).
             firm = bank.tracks[i] == "static" and any(o.score >= self.firm_cluster for o in cands)
             min_peak = self.copy_peak if firm else None
-            cands += self._template_route(bank, i, info, bright, small_frames, seeds, min_peak=min_peak, zone=zone,
-                                          gated=gated)
+            place = places.get(i) if (places and self.starts_from_places and zone is not None) else None
+            if place is not None:
+                cands += self._placed_route(bank, i, info, bright, place, seeds, min_peak=min_peak, gated=gated)
+            else:
+                cands += self._template_route(bank, i, info, bright, small_frames, seeds, min_peak=min_peak, zone=zone,
+                                              gated=gated)
             out.extend(_dedupe(cands))
         # searches for different instances often land on the same object; one observation per
         # place is enough (association decides whose it is) and halves the embedding work
@@ -463,6 +497,28 @@ class SearchSegmenter:
         found = [self._refine(info, frame, r, rounds=1) for r in seeds] + [
             self._refine(info, frame, r) for r in _spread(found, peaks + 1)
         ]
+        return self._place_found(bank, i, info, frame, found, peaks + len(seeds))
+
+    def _placed_route(self, bank, i, info, frame, place, seeds=(), min_peak: float | None = None,
+                      gated: bool = True) -> list[Observation]:
+        """The template re-located from the instance's expected place (x, y, w, h), at the expected size.
+
+        Where the camera (or the confirmed chain) says where a static object should be, a scan of its
+        whole zone mostly re-finds it there, at several scales, and refines a second peak that loses; up
+        to three rounds of `_refine` from the place reach it at a fraction of the cost (on the dense speed
+        cases the search took about 40 % less time; docs/validation.md, "Search from the place"). What
+        the zone scan could add, a better-correlating place far from the expected one, is within the gate
+        but is not the object the camera expects there: a lookalike, or a leftover of a moved object.
+        """
+        px, py, pw, ph = place
+        x, y, w, h = info["box"]
+        s = math.sqrt(max(1.0, pw * ph) / max(1.0, w * h))  # the template at the place's size
+        start = (0.0, px + pw / 2 - w * s / 2, py + ph / 2 - h * s / 2, w * s, h * s)
+        found = [self._refine(info, frame, start)]
+        if min_peak is not None:
+            found = [r for r in found if r[0] >= min_peak]
+        found = [self._refine(info, frame, r, rounds=1) for r in seeds] + found
+        peaks = self.zone_peaks if gated else self.template_peaks
         return self._place_found(bank, i, info, frame, found, peaks + len(seeds))
 
     def _place_found(self, bank, i, info, frame, found, limit) -> list[Observation]:
@@ -628,10 +684,10 @@ def build_backend(device: str = "cpu", **options) -> Backend:
     pose (mediapipe | none: person landmarks for dynamic Structure, eq. 5),
     motion (on | off, default off: frame dynamic instances where the frame moves on its own, from the
     neighbouring video frames; docs/backends.md "Moving parts"),
-    search (lost | all, default lost: the template scan runs only for instances without a verified
-    propagated mask in the frame, and for a static instance the camera places only inside its geometric
-    gate; all scans the whole frame for every instance in every frame, slower on dense scenes:
-    docs/backends.md "Speed on dense scenes")."""
+    search (placed | lost | all, default placed: the template search runs only for instances without a
+    verified propagated mask in the frame, and a static instance the camera (or the confirmed chain) places
+    is re-located from that place; lost: such an instance is scanned over its gate zone; all scans the whole
+    frame for every instance in every frame, slower on dense scenes: docs/backends.md "Speed on dense scenes")."""
     import cv2
     import torch
 

@@ -102,7 +102,7 @@ class PropagationConfig(BaseModel):
     min_similarity: float = 0.15
     same_place: float = 0.5  # box IoU at which a search find of the same instance is the propagated one again
     # where the camera is unreliable, let the chained background (`background.py`) place each static
-    # instance's search zone as a reliable camera does (frame.chain_windows), in frames where propagation
+    # instance's search zone as a reliable camera does (frame.chain_places), in frames where propagation
     # confirms the chain (`frame.chain_agrees`). Without that check the held-out dense clips lost 62 of
     # 216 matches (a wrong step put in-view objects outside the frame); with it 2 of 216, and none at
     # twice the speed (docs/validation.md, "Search zones from the chained background")

@@ -125,8 +125,9 @@ def checks(backend: Backend, judge=None) -> dict[str, bool]:
 def observe(st: FrameState, backend: Backend, config: EvalConfig | None = None) -> None:
     seg = backend.segmenter
     if isinstance(seg, LostOnlySegmenter) and seg.searches_lost_only:
+        places = search_places(st, config)
         found = seg.observe(st.frame, st.bank.categories, reference=st.bank, followed=followed_instances(st, config),
-                            windows=search_windows(st, config), gated=camera_places(st))
+                            windows=zones_of(places, st.shape, config), gated=camera_places(st), places=places)
     else:
         found = seg.observe(st.frame, st.bank.categories, reference=st.bank)
     st.obs = list(found)
@@ -169,17 +170,32 @@ def search_windows(st: FrameState, config: EvalConfig | None) -> dict[int, tuple
     A find outside the zone could only have been an extra or another instance's match; such finds
     are no longer made (docs/validation.md, "Search where the gate lets a find match").
     Where the camera is unreliable, the chained background may place the static instances instead
-    (`chain_windows`, where propagation confirms the chain; the option `propagation.chain_zones`)."""
+    (`chain_places`, where propagation confirms the chain; the option `propagation.chain_zones`)."""
+    return zones_of(search_places(st, config), st.shape, config)
+
+
+def zones_of(places: dict[int, tuple | None], shape, config: EvalConfig | None) -> dict[int, tuple | None]:
+    """Each placed instance's box (`search_places`) grown into the zone the gate admits a find's centre in."""
+    if config is None:
+        return {}
+    tol = config.association.gate_tolerance
+    return {i: None if b is None else gate_zone(b, shape, tol) for i, b in places.items()}
+
+
+def search_places(st: FrameState, config: EvalConfig | None) -> dict[int, tuple | None]:
+    """Where each static instance should be in this frame (x, y, w, h): its box as a reliable camera projects
+    it, or else as the chained background carries it (`chain_places`); None where no search find can match
+    it. The places a search starts from (a segmenter with `places`) and the zones it keeps to (`zones_of`)."""
     if config is None:
         return {}
     if not camera_places(st):
-        return chain_windows(st, config)
+        return chain_places(st, config)
     out: dict[int, tuple | None] = {}
     for i, pr in enumerate(st.projs):
         if pr is None or st.bank.tracks[i] != "static":
             continue
         gone = pr.state == P.OUT_OF_VIEW or pr.box is None
-        out[i] = None if gone else gate_zone(pr.box, st.shape, config.association.gate_tolerance)
+        out[i] = None if gone else tuple(float(v) for v in pr.box)
     return out
 
 
@@ -188,26 +204,26 @@ def camera_places(st: FrameState) -> bool:
     return st.cam is not None and st.cam.reliable and bool(st.projs)
 
 
-def chain_windows(st: FrameState, config: EvalConfig) -> dict[int, tuple | None]:
-    """Search zones of the static instances from the chained background (`PropagatedFrame.background`),
-    for a frame whose camera is unreliable: each I0 box carried by the chain, grown as the gate grows a
-    projected box; None where the carried box lies wholly outside the frame. Short steps between grid
-    frames hold where one fit from I0 does not (a moving subject, a small background), and each static
-    instance otherwise costs a scan of the whole frame. The zone only says where to search: with no
-    reliable camera there is still no geometric gate in association. A chain step can be fitted wrong,
-    and nothing in the chain shows it (on a held-out dense clip one put in-view objects outside the
-    frame), so the zones stand only in frames where propagation confirms them (`chain_agrees`); in
-    the others the frame is searched whole (docs/validation.md, "Search zones from the chained background")."""
+def chain_places(st: FrameState, config: EvalConfig) -> dict[int, tuple | None]:
+    """Places of the static instances from the chained background (`PropagatedFrame.background`),
+    for a frame whose camera is unreliable: each I0 box carried by the chain; None where the carried
+    box lies wholly outside the frame. Short steps between grid frames hold where one fit from I0
+    does not (a moving subject, a small background), and each static instance otherwise costs a scan
+    of the whole frame. The place only says where to search: with no reliable camera there is still no
+    geometric gate in association. A chain step can be fitted wrong, and nothing in the chain shows it
+    (on a held-out dense clip one put in-view objects outside the frame), so the places stand only in
+    frames where propagation confirms them (`chain_agrees`, on their gate zones); in the others the
+    frame is searched whole (docs/validation.md, "Search zones from the chained background")."""
     H = st.propagated.background if (config.propagation.chain_zones and st.propagated is not None) else None
     if H is None:
         return {}
-    zones = carried_zones(st, H, config)
-    return zones if chain_agrees(st, zones, config) else {}
+    places = carried_boxes(st, H)
+    return places if chain_agrees(st, zones_of(places, st.shape, config), config) else {}
 
 
-def carried_zones(st: FrameState, H: np.ndarray, config: EvalConfig) -> dict[int, tuple | None]:
-    """Each static instance's I0 box carried by the homography H (I0 -> frame), grown into a gate zone;
-    None where the carried box lies wholly outside the frame."""
+def carried_boxes(st: FrameState, H: np.ndarray) -> dict[int, tuple | None]:
+    """Each static instance's I0 box carried by the homography H (I0 -> frame) as the box of its four
+    corners; None where it lies wholly outside the frame (absent where a corner falls behind the camera)."""
     fh, fw = st.shape
     out: dict[int, tuple | None] = {}
     for i, (x, y, w, h) in enumerate(st.bank.boxes):
@@ -219,10 +235,7 @@ def carried_zones(st: FrameState, H: np.ndarray, config: EvalConfig) -> dict[int
         xy = corners[:, :2] / corners[:, 2:]
         x0, y0 = xy.min(0)
         x1, y1 = xy.max(0)
-        if x1 <= 0 or y1 <= 0 or x0 >= fw or y0 >= fh:
-            out[i] = None
-            continue
-        out[i] = gate_zone((x0, y0, x1 - x0, y1 - y0), st.shape, config.association.gate_tolerance)
+        out[i] = None if (x1 <= 0 or y1 <= 0 or x0 >= fw or y0 >= fh) else (float(x0), float(y0), float(x1 - x0), float(y1 - y0))
     return out
 
 
