@@ -15,7 +15,7 @@ Compare two evaluator settings on the same cases with `--set` (a run config entr
 `--set propagation.chain_zones=false`); each setting is a run folder of its own under `--work`.
 
     .venv/bin/python benchmarks/dense_clips.py [--n 25,50] [--work DIR] [--set GROUP.FIELD=VALUE] [--tag NAME]
-        [--part reporting|tuning] [--speed K]
+        [--part reporting|tuning] [--speed K] [--option KEY=VALUE]
 """
 
 from __future__ import annotations
@@ -70,6 +70,8 @@ def main(argv=None) -> int:
     ap.add_argument("--tag", default="default")
     ap.add_argument("--part", choices=("reporting", "tuning"), default="reporting")
     ap.add_argument("--speed", type=int, default=1, help="play each clip this many times faster")
+    ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                    help="a classical backend option, e.g. search=lost (the zone scan before search=placed)")
     args = ap.parse_args(argv)
     import pandas as pd
 
@@ -79,7 +81,9 @@ def main(argv=None) -> int:
     cases = [c for f in clip_folders(args.data, args.part) for n in sizes if (c := build(args.work, f, n, args.speed))]
     out = args.work / "runs" / args.tag
     t0 = time.perf_counter()
-    summary = run_eval(args.work / "ds", args.work / "ro", args.tag, out, workers=0, config=config_setting(args.set, {"max_frames": None}))
+    options = dict(o.split("=", 1) for o in args.option)
+    summary = run_eval(args.work / "ds", args.work / "ro", args.tag, out, workers=0, config=config_setting(args.set, {"max_frames": None}),
+                       backend_options=options)
     wall = time.perf_counter() - t0
     rows = pd.read_parquet(out / "measurements" / f"{args.tag}.parquet")
     frames = rows.groupby(["case_id", "frame"]).agg(extra=("extra", "any"))
